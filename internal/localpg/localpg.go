@@ -486,7 +486,7 @@ func (c *Cluster) stop(ctx context.Context) error {
 		return fmt.Errorf("read postmaster.pid: %w", err)
 	}
 	if !ok || !processAlive(pf.pid) {
-			return nil
+		return nil
 	}
 	c.logger.InfoContext(ctx, "localpg: stopping PostgreSQL", "dir", c.dataDir)
 	out, err := c.run(ctx, "pg_ctl", "stop", "-w", "-m", "fast", "-D", c.dataDir)
