@@ -1,0 +1,141 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Event types (CloudEvents "type").
+const (
+	TypeJobFired           = "agate.job.fired"
+	TypeJobCompleted       = "agate.job.completed"
+	TypeJobFailed          = "agate.job.failed"
+	TypeTriggerScheduled   = "agate.trigger.scheduled"
+	TypeTriggerUnscheduled = "agate.trigger.unscheduled"
+	TypeTriggerCompleted   = "agate.trigger.completed"
+	TypeTriggerMisfired    = "agate.trigger.misfired"
+	TypeTriggerReleased    = "agate.trigger.released"
+	TypeJobDeleted         = "agate.job.deleted"
+	TypeJobRecovered       = "agate.job.recovered"
+	TypeCommandAccepted    = "agate.command.accepted"
+	TypeCommandRejected    = "agate.command.rejected"
+)
+
+// Aggregates an event belongs to, for history queries on the log.
+const (
+	AggregateJob     = "job"
+	AggregateTrigger = "trigger"
+	AggregateCommand = "command"
+)
+
+// Event is one entry of the log. Data is the CloudEvents data member; Topic is the NATS subject
+// the relay publishes it to ("" when the event is already on the bus, e.g. a completion that a
+// worker published and a scheduler recorded).
+type Event struct {
+	ID          uuid.UUID
+	Type        string
+	Source      string
+	Subject     string // CloudEvents subject: "<group>.<name>"
+	Time        time.Time
+	Data        json.RawMessage
+	Aggregate   string
+	AggregateID string
+	Topic       string
+	TraceParent string // W3C traceparent, "" when none
+	TraceState  string
+}
+
+// New builds an event with a fresh UUID v7 id and data marshalled from v.
+func New(typ, source, aggregate, aggregateID, topic string, now time.Time, v any) (Event, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return Event{}, fmt.Errorf("encoding %s event: %w", typ, err)
+	}
+	return Event{
+		ID: uuid.Must(uuid.NewV7()), Type: typ, Source: source, Subject: aggregateID, Time: now.UTC(),
+		Data: data, Aggregate: aggregate, AggregateID: aggregateID, Topic: topic,
+	}, nil
+}
+
+// Source is the CloudEvents source of a node: agate/<ns>/<instanceId>.
+func Source(namespace, instanceID string) string {
+	return "agate/" + namespace + "/" + instanceID
+}
+
+// Envelope is the CloudEvents 1.0 structured-mode JSON of an event: what goes on the wire.
+type Envelope struct {
+	SpecVersion     string          `json:"specversion"`
+	ID              string          `json:"id"`
+	Type            string          `json:"type"`
+	Source          string          `json:"source"`
+	Time            time.Time       `json:"time"`
+	Subject         string          `json:"subject,omitempty"`
+	DataContentType string          `json:"datacontenttype"`
+	Data            json.RawMessage `json:"data"`
+}
+
+// Envelope returns the wire form of e.
+func (e Event) Envelope() Envelope {
+	return Envelope{
+		SpecVersion: "1.0", ID: e.ID.String(), Type: e.Type, Source: e.Source, Time: e.Time,
+		Subject: e.Subject, DataContentType: "application/json", Data: e.Data,
+	}
+}
+
+// Key names a job or a trigger: group and name.
+type Key struct {
+	Group string `json:"group"`
+	Name  string `json:"name"`
+}
+
+// String is "<group>.<name>", the CloudEvents subject and log aggregate id.
+func (k Key) String() string { return k.Group + "." + k.Name }
+
+// JobRef names a job and its type.
+type JobRef struct {
+	Group string `json:"group"`
+	Name  string `json:"name"`
+	Type  string `json:"type"`
+}
+
+// Key returns the job's key.
+func (j JobRef) Key() Key { return Key{Group: j.Group, Name: j.Name} }
+
+// JobFired is the data of agate.job.fired: one scheduled fire of one trigger, to be run by a worker.
+type JobFired struct {
+	FireID           uuid.UUID       `json:"fireId"`
+	Job              JobRef          `json:"job"`
+	Trigger          Key             `json:"trigger"`
+	Data             json.RawMessage `json:"data"`
+	ScheduledTime    time.Time       `json:"scheduledTime"`
+	FiredTime        time.Time       `json:"firedTime"`
+	PreviousFireTime *time.Time      `json:"previousFireTime,omitempty"`
+	NextFireTime     *time.Time      `json:"nextFireTime,omitempty"`
+	Recovering       bool            `json:"recovering"`
+	Nonconcurrent    bool            `json:"nonconcurrent"`
+	Timeout          string          `json:"timeout,omitempty"`
+}
+
+// JobResult is the data of agate.job.completed and agate.job.failed.
+type JobResult struct {
+	FireID        uuid.UUID `json:"fireId"`
+	Job           JobRef    `json:"job"`
+	Trigger       Key       `json:"trigger"`
+	ScheduledTime time.Time `json:"scheduledTime"`
+	Worker        string    `json:"worker"`
+	StartedTime   time.Time `json:"startedTime"`
+	FinishedTime  time.Time `json:"finishedTime"`
+	Attempt       int       `json:"attempt"`
+	Error         *JobError `json:"error,omitempty"`
+}
+
+// JobError says why a job failed and whether it will be tried again.
+type JobError struct {
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+	// Final is true when no further attempt follows: the scheduler then releases the trigger.
+	Final bool `json:"final"`
+}

@@ -1,0 +1,26 @@
+-- name: Append
+-- One multi-row insert per batch of events (DESIGN §10: no round trip per row).
+insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
+select id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb, nullif(trace_context, '')
+from unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[])
+    as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
+on conflict (id) do nothing;
+
+-- name: LockCursor
+-- One sweeper per namespace at a time; the others skip instead of queueing.
+select last_xid::text, last_seq from outbox_cursor where sched_name = $1 for update skip locked;
+
+-- name: SweepBatch
+-- Rows after the cursor in (xid, seq) order, fenced below the oldest running transaction so a
+-- row whose seq was taken before a slower transaction committed is never passed over.
+select seq, xid::text, id, type, source, aggregate, aggregate_id, nats_subject, time, data, coalesce(trace_context, '')
+from events
+where nats_subject is not null
+  and (xid, seq) > ($2::xid8, $3::bigint)
+  and xid < pg_snapshot_xmin(pg_current_snapshot())
+  and sched_name = $1
+order by xid, seq
+limit $4;
+
+-- name: AdvanceCursor
+update outbox_cursor set last_xid = $2::xid8, last_seq = $3 where sched_name = $1;

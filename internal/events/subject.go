@@ -1,0 +1,75 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidateNamespace checks a namespace against CONTRACT.md's pattern.
+func ValidateNamespace(ns string) error {
+	if !namespacePattern.MatchString(ns) {
+		return fmt.Errorf("namespace %q is invalid: use 1-64 letters, digits, '_' or '-'", ns)
+	}
+	return nil
+}
+
+// Subjects builds the NATS subjects of one namespace (CONTRACT.md "Subjects").
+type Subjects string
+
+// Command is agate.<ns>.cmd.<command>.
+func (s Subjects) Command(cmd string) string { return "agate." + string(s) + ".cmd." + cmd }
+
+// API is agate.<ns>.api.<command> (request-reply).
+func (s Subjects) API(cmd string) string { return "agate." + string(s) + ".api." + cmd }
+
+// Fired is agate.<ns>.fired.<jobType>.
+func (s Subjects) Fired(jobType string) string { return "agate." + string(s) + ".fired." + jobType }
+
+// Done is agate.<ns>.done.<jobType>.
+func (s Subjects) Done(jobType string) string { return "agate." + string(s) + ".done." + jobType }
+
+// Evt is agate.<ns>.evt.<kind>.
+func (s Subjects) Evt(kind string) string { return "agate." + string(s) + ".evt." + kind }
+
+// All is the wildcard of one of the families above, e.g. All("fired") = agate.<ns>.fired.>.
+func (s Subjects) All(family string) string { return "agate." + string(s) + "." + family + ".>" }
+
+// Stream names (CONTRACT.md): AGATE_<ns>_COMMANDS, _FIRED, _DONE, _EVENTS.
+func StreamCommands(ns string) string { return "AGATE_" + ns + "_COMMANDS" }
+
+// StreamFired names the stream of JobFired messages.
+func StreamFired(ns string) string { return "AGATE_" + ns + "_FIRED" }
+
+// StreamDone names the stream of completion messages.
+func StreamDone(ns string) string { return "AGATE_" + ns + "_DONE" }
+
+// StreamEvents names the stream of every other event.
+func StreamEvents(ns string) string { return "AGATE_" + ns + "_EVENTS" }
+
+// DuplicateWindow is how long JetStream remembers Nats-Msg-Id values to drop duplicates.
+const DuplicateWindow = 2 * time.Minute
+
+// EnsureStreams creates or updates the four streams of a namespace. Any node may call it at start.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, ns string) error {
+	s := Subjects(ns)
+	streams := []jetstream.StreamConfig{
+		{Name: StreamCommands(ns), Subjects: []string{s.All("cmd")}, MaxAge: 7 * 24 * time.Hour},
+		{Name: StreamFired(ns), Subjects: []string{s.All("fired")}, MaxAge: 7 * 24 * time.Hour},
+		{Name: StreamDone(ns), Subjects: []string{s.All("done")}, MaxAge: 7 * 24 * time.Hour},
+		{Name: StreamEvents(ns), Subjects: []string{s.All("evt")}, MaxAge: 7 * 24 * time.Hour},
+	}
+	for _, cfg := range streams {
+		cfg.Storage = jetstream.FileStorage
+		cfg.Duplicates = DuplicateWindow
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("creating JetStream stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+// Package store owns Agate's PostgreSQL access: the connection pool, migrations, the one way to
+// open a transaction, and the cluster lock protocol. Steps (acquire, fire, complete, …) keep their
+// SQL in their own embedded queries.sql files and run it inside a store transaction.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Open connects a pool to the database at url and checks that it answers.
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", redact(cfg.ConnConfig), err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", redact(cfg.ConnConfig), err)
+	}
+	return pool, nil
+}
+
+// redact names the server without its password, for error messages and logs.
+func redact(c *pgx.ConnConfig) string {
+	return fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+}
+
+// InTx runs fn in a transaction, committing when fn returns nil. It is the only way Agate opens
+// transactions, so rollback-on-cancel is handled in one place (pgx rolls back with a fresh context).
+func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, fn)
+}
+
+// Lock names of the Quartz lock protocol.
+const (
+	// LockTriggerAccess serialises acquire, fire, completion-release and trigger writes.
+	LockTriggerAccess = "TRIGGER_ACCESS"
+	// LockStateAccess serialises cluster check-in and recovery.
+	LockStateAccess = "STATE_ACCESS"
+)
+
+// WithLock takes the named cluster lock inside tx (Quartz's StdRowLockSemaphore:
+// SELECT … FOR UPDATE on the locks row); it is held until tx ends. Every path that changes
+// trigger or fired-trigger rows takes it first.
+func WithLock(ctx context.Context, tx pgx.Tx, namespace, name string) error {
+	var one int
+	err := tx.QueryRow(ctx,
+		`select 1 from locks where sched_name = $1 and lock_name = $2 for update`,
+		namespace, name).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("lock row %s/%s is missing; run the scheduler once to create it", namespace, name)
+	}
+	if err != nil {
+		return fmt.Errorf("taking lock %s: %w", name, err)
+	}
+	return nil
+}
+
+// EnsureLocks inserts the lock rows of a namespace (Quartz inserts them lazily too).
+func EnsureLocks(ctx context.Context, pool *pgxpool.Pool, namespace string) error {
+	_, err := pool.Exec(ctx, `
+		insert into locks (sched_name, lock_name) values ($1, $2), ($1, $3)
+		on conflict do nothing`, namespace, LockTriggerAccess, LockStateAccess)
+	if err != nil {
+		return fmt.Errorf("creating lock rows: %w", err)
+	}
+	_, err = pool.Exec(ctx, `insert into outbox_cursor (sched_name) values ($1) on conflict do nothing`, namespace)
+	if err != nil {
+		return fmt.Errorf("creating outbox cursor: %w", err)
+	}
+	return nil
+}
+
+// IsTransient reports whether err is worth retrying: a lost connection, a serialization failure
+// or a deadlock, as opposed to a bug or bad data.
+func IsTransient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006":
+			return true
+		}
+		return false
+	}
+	return pgconn.SafeToRetry(err) || errors.Is(err, context.DeadlineExceeded) || isConnErr(err)
+}
+
+func isConnErr(err error) bool {
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr)
+}
