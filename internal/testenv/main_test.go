@@ -1,0 +1,9 @@
+package testenv_test
+
+import (
+	"testing"
+
+	"github.com/agatesched/agate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }

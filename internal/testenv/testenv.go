@@ -1,0 +1,310 @@
+// Package testenv gives tests real PostgreSQL and NATS JetStream servers.
+// It is for _test.go files only.
+//
+// Each test binary shares one throwaway PostgreSQL cluster (started from the
+// machine's binaries on first use, fsync off) and one embedded JetStream
+// server; tests isolate themselves with their own database ([Database]) and
+// their own namespace ([Namespace]). DATABASE_URL and NATS_URL point the
+// tests at existing servers instead. Failure tests that stop or restart a
+// server get a private one from [StartPostgres] or [StartNATS].
+//
+// A package that uses the shared servers needs
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+//
+// so they are stopped, and their files removed, when its tests are done.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+
+	"github.com/agatesched/agate/internal/localpg"
+	"github.com/agatesched/agate/internal/natsembed"
+)
+
+// mainCalled records that the package's TestMain uses [Main], without which
+// the shared servers would outlive the test binary.
+var mainCalled atomic.Bool
+
+// Main runs the package's tests and then stops the shared servers. Call it
+// from TestMain.
+func Main(m *testing.M) {
+	mainCalled.Store(true)
+	code := m.Run()
+	shutdown()
+	os.Exit(code)
+}
+
+func requireMain(t testing.TB) {
+	t.Helper()
+	if !mainCalled.Load() {
+		t.Fatalf("testenv: add `func TestMain(m *testing.M) { testenv.Main(m) }` to a _test.go file of this package " +
+			"so the shared PostgreSQL and NATS servers are stopped when its tests finish")
+	}
+}
+
+var shared struct {
+	pgOnce  sync.Once
+	pg      *localpg.Cluster
+	pgAdmin *pgxpool.Pool
+	pgBase  *url.URL // server URL; Database swaps the database name
+	pgErr   error
+
+	natsOnce sync.Once
+	nats     *natsembed.Server
+	natsURL  string
+	natsErr  error
+}
+
+func shutdown() {
+	if shared.pgAdmin != nil {
+		shared.pgAdmin.Close()
+	}
+	if shared.pg != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := shared.pg.Stop(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: stop shared PostgreSQL: %v\n", err)
+		}
+	}
+	if shared.nats != nil {
+		shared.nats.Shutdown()
+	}
+}
+
+// Database creates an empty database for this test on the shared cluster
+// (or on the DATABASE_URL server) and returns its URL. The database is
+// dropped when the test ends, even if connections are still open.
+func Database(t testing.TB) string {
+	t.Helper()
+	requireMain(t)
+	shared.pgOnce.Do(startSharedPostgres)
+	if shared.pgErr != nil {
+		t.Fatalf("testenv: %v", shared.pgErr)
+	}
+
+	name := "test_" + strings.ToLower(sanitize(t.Name(), 40)) + "_" + randomHex(4)
+	ident := pgx.Identifier{name}.Sanitize()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// template0 is empty whatever someone installed into template1.
+	if _, err := shared.pgAdmin.Exec(ctx, "CREATE DATABASE "+ident+" TEMPLATE template0"); err != nil {
+		t.Fatalf("testenv: create database %s on %s: %v (the role needs CREATEDB)", name, redacted(shared.pgBase), err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := shared.pgAdmin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+		}
+	})
+
+	u := *shared.pgBase
+	u.Path = "/" + name
+	u.RawPath = ""
+	return u.String()
+}
+
+func startSharedPostgres() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	base := os.Getenv("DATABASE_URL")
+	if base == "" {
+		c, err := localpg.Start(ctx, localpg.Config{})
+		if err != nil {
+			shared.pgErr = fmt.Errorf("start a throwaway PostgreSQL for the tests (or set DATABASE_URL to an existing server): %w", err)
+			return
+		}
+		shared.pg = c
+		watchCluster(c)
+		base = c.URL("postgres")
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		shared.pgErr = fmt.Errorf("DATABASE_URL must be a postgres:// URL, e.g. postgres://user:pass@localhost:5432/postgres")
+		return
+	}
+	cfg, err := pgxpool.ParseConfig(base)
+	if err != nil {
+		shared.pgErr = fmt.Errorf("parse DATABASE_URL: %w", err)
+		return
+	}
+	cfg.MaxConns = 4 // only CREATE/DROP DATABASE go through it
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		shared.pgErr = fmt.Errorf("connect to PostgreSQL at %s: %w", redacted(u), err)
+		return
+	}
+	shared.pgAdmin, shared.pgBase = pool, u
+}
+
+// watchCluster starts a detached shell that stops the shared cluster and
+// removes its files if this test binary dies without running Main's cleanup
+// (a test timeout panic, kill -9), so crashed runs do not pile up servers.
+func watchCluster(c *localpg.Cluster) {
+	dataDir := c.DataDir()
+	tempDir := filepath.Dir(dataDir)
+	if !strings.HasPrefix(filepath.Base(tempDir), "agate-pg-") {
+		return // not a directory we may delete
+	}
+	const script = `while kill -0 "$0" 2>/dev/null; do sleep 1; done
+pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null) || exit 0
+kill -QUIT "$pid" 2>/dev/null
+while kill -0 "$pid" 2>/dev/null && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; do sleep 0.1; done
+rm -rf "$2"`
+	cmd := exec.Command("/bin/sh", "-c", script, strconv.Itoa(os.Getpid()), dataDir, tempDir)
+	// Its own session, so the Ctrl-C that kills us does not kill it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err == nil {
+		go func() { _ = cmd.Wait() }() // reap it if it ends while we live
+	}
+}
+
+// NATS returns the URL of the shared embedded JetStream server (or
+// NATS_URL). Tests sharing it keep apart by using [Namespace] in their
+// stream names and subjects.
+func NATS(t testing.TB) string {
+	t.Helper()
+	requireMain(t)
+	shared.natsOnce.Do(startSharedNATS)
+	if shared.natsErr != nil {
+		t.Fatalf("testenv: %v", shared.natsErr)
+	}
+	return shared.natsURL
+}
+
+func startSharedNATS() {
+	if u := os.Getenv("NATS_URL"); u != "" {
+		nc, err := nats.Connect(u, nats.Timeout(10*time.Second))
+		if err != nil {
+			shared.natsErr = fmt.Errorf("connect to NATS_URL %s: %w (unset NATS_URL to use an embedded server)", u, err)
+			return
+		}
+		nc.Close()
+		shared.natsURL = u
+		return
+	}
+	s, err := natsembed.Start(natsembed.Config{})
+	if err != nil {
+		shared.natsErr = fmt.Errorf("start embedded NATS server (or set NATS_URL): %w", err)
+		return
+	}
+	shared.nats, shared.natsURL = s, s.URL()
+}
+
+// Namespace returns a name unique to this call, made of the test's name and
+// a random suffix, valid as an Agate namespace ([A-Za-z0-9_-]{1,64}).
+func Namespace(t testing.TB) string {
+	t.Helper()
+	return sanitize(t.Name(), 48) + "-" + randomHex(4)
+}
+
+// StartNATS starts a private embedded JetStream server for a test that
+// stops or restarts it. It is shut down when the test ends.
+func StartNATS(t testing.TB) *natsembed.Server {
+	t.Helper()
+	s, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir(), Logger: testLogger(t, slog.LevelWarn)})
+	if err != nil {
+		t.Fatalf("testenv: start embedded NATS server: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// StartPostgres starts a private throwaway PostgreSQL cluster for a test
+// that stops, kills or restarts it. It is stopped and removed when the test
+// ends. Prefer [Database] otherwise: a cluster takes about a second to start.
+func StartPostgres(t testing.TB) *localpg.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := localpg.Start(ctx, localpg.Config{Logger: testLogger(t, slog.LevelWarn)})
+	if err != nil {
+		t.Fatalf("testenv: start PostgreSQL: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			t.Errorf("testenv: stop PostgreSQL: %v", err)
+		}
+	})
+	return c
+}
+
+var invalidNameChars = regexp.MustCompile(`[^A-Za-z0-9_]+`)
+
+// sanitize turns a test name (with its "/" between subtests) into at most
+// max characters from [A-Za-z0-9_].
+func sanitize(name string, max int) string {
+	s := strings.Trim(invalidNameChars.ReplaceAllString(name, "_"), "_")
+	if len(s) > max {
+		s = s[:max]
+	}
+	if s == "" {
+		s = "t"
+	}
+	return s
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
+	return hex.EncodeToString(b)
+}
+
+// redacted is u without its password, for error messages.
+func redacted(u *url.URL) string {
+	if u == nil {
+		return "(no URL)"
+	}
+	return u.Redacted()
+}
+
+// testLogger logs records at or above level to t.Log, and drops them once
+// the test is over (servers may log from their goroutines while stopping;
+// t.Log then would panic).
+func testLogger(t testing.TB, level slog.Level) *slog.Logger {
+	w := &tWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) }) // runs after the servers' cleanups
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+type tWriter struct {
+	t    testing.TB
+	done atomic.Bool
+}
+
+func (w *tWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
