@@ -348,7 +348,7 @@ func (c *CronExpression) Next(after time.Time, loc *time.Location) (next time.Ti
 				}
 				lDay := lastDayOfMonth(mon, cl.getYear())
 				if day+daysToAdd > lDay {
-					startOfMonth(cl, mon)
+					setStartOfMonth(cl, mon)
 					continue
 				}
 				for day+daysToAdd+7 <= lDay {
@@ -356,7 +356,7 @@ func (c *CronExpression) Next(after time.Time, loc *time.Location) (next time.Ti
 				}
 				day += daysToAdd
 				if daysToAdd > 0 {
-					startOfDay(cl, day, mon-1)
+					setStartOfDay(cl, day, mon-1)
 					continue
 				}
 			case c.nthdayOfWeek != 0:
@@ -377,10 +377,10 @@ func (c *CronExpression) Next(after time.Time, loc *time.Location) (next time.Ti
 				daysToAdd = (c.nthdayOfWeek - weekOfMonth) * 7
 				day += daysToAdd
 				if daysToAdd < 0 || day > lastDayOfMonth(mon, cl.getYear()) {
-					startOfMonth(cl, mon)
+					setStartOfMonth(cl, mon)
 					continue
 				} else if daysToAdd > 0 || dayShifted {
-					startOfDay(cl, day, mon-1)
+					setStartOfDay(cl, day, mon-1)
 					continue
 				}
 			default:
@@ -398,10 +398,10 @@ func (c *CronExpression) Next(after time.Time, loc *time.Location) (next time.Ti
 				}
 				lDay := lastDayOfMonth(mon, cl.getYear())
 				if day+daysToAdd > lDay {
-					startOfMonth(cl, mon)
+					setStartOfMonth(cl, mon)
 					continue
 				} else if daysToAdd > 0 {
-					startOfDay(cl, day+daysToAdd, mon-1)
+					setStartOfDay(cl, day+daysToAdd, mon-1)
 					continue
 				}
 			}
@@ -497,7 +497,7 @@ func nearestWeekdayOf(cl *jcal, loc *time.Location, day, mon, sec, min, hr int, 
 	return day
 }
 
-func startOfMonth(cl *jcal, mon int) {
+func setStartOfMonth(cl *jcal, mon int) {
 	cl.setSecond(0)
 	cl.setMinute(0)
 	cl.setHour(0)
@@ -505,7 +505,7 @@ func startOfMonth(cl *jcal, mon int) {
 	cl.setMonth(mon)
 }
 
-func startOfDay(cl *jcal, day, month0 int) {
+func setStartOfDay(cl *jcal, day, month0 int) {
 	cl.setSecond(0)
 	cl.setMinute(0)
 	cl.setHour(0)
