@@ -18,6 +18,7 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -69,6 +70,10 @@ var shared struct {
 	pgAdmin *pgxpool.Pool
 	pgBase  *url.URL // server URL; Database swaps the database name
 	pgErr   error
+	// createOpts ends CREATE DATABASE: STRATEGY FILE_COPY (PostgreSQL 15+)
+	// copies a small database in half the time of the default WAL_LOG.
+	createOpts string
+	templates  sync.Map // key → *template
 
 	natsOnce sync.Once
 	nats     *natsembed.Server
@@ -97,18 +102,55 @@ func shutdown() {
 // dropped when the test ends, even if connections are still open.
 func Database(t testing.TB) string {
 	t.Helper()
+	sharedPostgres(t)
+	// template0 is empty whatever someone installed into template1.
+	return createDatabase(t, "template0")
+}
+
+// DatabaseFromTemplate is [Database] for tests that need a prepared schema:
+// the first call for key creates a template database and runs setup on it
+// (e.g. migrations), and every call returns a fresh copy of it, which is
+// much faster than running setup per test. setup must close its
+// connections before returning.
+//
+// key names the template and must change whenever setup's result does (a
+// hash of the migration files, say): on a DATABASE_URL server the template
+// outlives the test run and is reused by later runs with the same key.
+func DatabaseFromTemplate(t testing.TB, key string, setup func(ctx context.Context, url string) error) string {
+	t.Helper()
+	sharedPostgres(t)
+	v, _ := shared.templates.LoadOrStore(key, &template{})
+	tmpl := v.(*template)
+	tmpl.once.Do(func() { tmpl.name, tmpl.err = createTemplate(key, setup) })
+	if tmpl.err != nil {
+		t.Fatalf("testenv: prepare template database for %q: %v", key, tmpl.err)
+	}
+	return createDatabase(t, tmpl.name)
+}
+
+type template struct {
+	once sync.Once
+	name string
+	err  error
+}
+
+func sharedPostgres(t testing.TB) {
+	t.Helper()
 	requireMain(t)
 	shared.pgOnce.Do(startSharedPostgres)
 	if shared.pgErr != nil {
 		t.Fatalf("testenv: %v", shared.pgErr)
 	}
+}
 
+func createDatabase(t testing.TB, from string) string {
+	t.Helper()
 	name := "test_" + strings.ToLower(sanitize(t.Name(), 40)) + "_" + randomHex(4)
 	ident := pgx.Identifier{name}.Sanitize()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// template0 is empty whatever someone installed into template1.
-	if _, err := shared.pgAdmin.Exec(ctx, "CREATE DATABASE "+ident+" TEMPLATE template0"); err != nil {
+	if _, err := shared.pgAdmin.Exec(ctx, "CREATE DATABASE "+ident+
+		" TEMPLATE "+pgx.Identifier{from}.Sanitize()+shared.createOpts); err != nil {
 		t.Fatalf("testenv: create database %s on %s: %v (the role needs CREATEDB)", name, redacted(shared.pgBase), err)
 	}
 	t.Cleanup(func() {
@@ -118,11 +160,67 @@ func Database(t testing.TB) string {
 			t.Errorf("testenv: drop database %s: %v", name, err)
 		}
 	})
+	return databaseURL(name)
+}
 
+func databaseURL(name string) string {
 	u := *shared.pgBase
 	u.Path = "/" + name
 	u.RawPath = ""
 	return u.String()
+}
+
+// createTemplate makes (or, on a server that has it from an earlier run,
+// finds) the template database for key. An advisory lock keeps concurrent
+// test binaries sharing a DATABASE_URL server from building it twice.
+func createTemplate(key string, setup func(ctx context.Context, url string) error) (string, error) {
+	name := "tmpl_" + strings.ToLower(sanitize(key, 40)) + "_" + shortHash(key)
+	ident := pgx.Identifier{name}.Sanitize()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	conn, err := shared.pgAdmin.Acquire(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", name); err != nil {
+		return "", err
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", name) }()
+
+	// Only a template whose setup finished is marked datistemplate.
+	var ready bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1 AND datistemplate)",
+		name).Scan(&ready); err != nil {
+		return "", err
+	}
+	if ready {
+		return name, nil
+	}
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident+" TEMPLATE template0"+shared.createOpts); err != nil {
+		return "", fmt.Errorf("create database %s: %w (the role needs CREATEDB)", name, err)
+	}
+	if err := setup(ctx, databaseURL(name)); err != nil {
+		return "", fmt.Errorf("setup: %w", err)
+	}
+	// Copying needs the template to have no sessions; setup's must be gone.
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident+" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx,
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:4])
 }
 
 func startSharedPostgres() {
@@ -161,6 +259,15 @@ func startSharedPostgres() {
 		}
 		shared.pgErr = fmt.Errorf("connect to PostgreSQL at %s: %w", redacted(u), err)
 		return
+	}
+	var version int
+	if err := pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		pool.Close()
+		shared.pgErr = fmt.Errorf("query PostgreSQL version at %s: %w", redacted(u), err)
+		return
+	}
+	if version >= 150000 {
+		shared.createOpts = " STRATEGY FILE_COPY"
 	}
 	shared.pgAdmin, shared.pgBase = pool, u
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -147,5 +149,43 @@ func TestStartPostgres(t *testing.T) {
 	conn := connect(t, c.URL("postgres"))
 	if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestDatabaseFromTemplate(t *testing.T) {
+	t.Parallel()
+	var setups atomic.Int32
+	setup := func(ctx context.Context, url string) error {
+		setups.Add(1)
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "CREATE TABLE seeded (id int); INSERT INTO seeded VALUES (1)")
+		return err
+	}
+	key := "TestDatabaseFromTemplate-" + testenv.Namespace(t)
+
+	var wg sync.WaitGroup
+	urls := make([]string, 4)
+	for i := range urls {
+		wg.Go(func() { urls[i] = testenv.DatabaseFromTemplate(t, key, setup) })
+	}
+	wg.Wait()
+	if n := setups.Load(); n != 1 {
+		t.Errorf("setup ran %d times, want once", n)
+	}
+
+	a, b := connect(t, urls[0]), connect(t, urls[1])
+	if _, err := a.Exec(t.Context(), "INSERT INTO seeded VALUES (2)"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := b.QueryRow(t.Context(), "SELECT count(*) FROM seeded").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("copy B has %d rows, want the template's 1 (copies must be independent)", n)
 	}
 }
