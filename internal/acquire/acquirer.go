@@ -1,0 +1,245 @@
+package acquire
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/store"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = store.ParseQueries(queriesSQL)
+
+// Defaults of Config.
+const (
+	BatchDefault            = 500
+	FireAheadDefault        = 200 * time.Millisecond
+	PollIntervalDefault     = time.Second
+	MisfireThresholdDefault = time.Minute
+)
+
+// Config configures an Acquirer.
+type Config struct {
+	Namespace  string
+	InstanceID string
+	// Batch is the most triggers one acquire transaction claims (Quartz's
+	// batchTriggerAcquisitionMaxCount). Default 500.
+	Batch int
+	// FireAhead is how far ahead of their fire time triggers are claimed (Quartz's
+	// batchTriggerAcquisitionFireAheadTimeWindow). Default 200ms.
+	FireAhead time.Duration
+	// PollInterval is the longest the loop sleeps when nothing wakes it. Default 1s.
+	PollInterval time.Duration
+	// MisfireThreshold: triggers later than this are left to the misfire scan. Default 1m.
+	MisfireThreshold time.Duration
+	Logger           *slog.Logger
+	// Now is the node clock; tests inject one.
+	Now func() time.Time
+}
+
+// Firer is the hand-off to step ③, implemented by fire.Firer and wired in cmd/scheduler.
+type Firer interface {
+	// FireInTx fires claims inside tx. acquired says whether their triggers are ACQUIRED with a
+	// fired row already (deferred fire) or still WAITING (fired in the acquire transaction).
+	FireInTx(ctx context.Context, tx pgx.Tx, claims []store.Claim, acquired bool) ([]events.Event, error)
+	// Committed publishes the events of a committed fire transaction.
+	Committed(ctx context.Context, evs []events.Event)
+	// Schedule takes claims that are due later; the Firer fires them at their time.
+	Schedule(claims []store.Claim)
+}
+
+// Acquirer runs the acquire loop.
+type Acquirer struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	firer Firer
+	wake  chan struct{}
+}
+
+// New builds an Acquirer.
+func New(cfg Config, pool *pgxpool.Pool, firer Firer) *Acquirer {
+	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
+	cfg.FireAhead = cmp.Or(cfg.FireAhead, FireAheadDefault)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
+	cfg.MisfireThreshold = cmp.Or(cfg.MisfireThreshold, MisfireThresholdDefault)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Acquirer{cfg: cfg, pool: pool, firer: firer, wake: make(chan struct{}, 1)}
+}
+
+// Wake makes the loop acquire now instead of at its next planned time: called when a trigger was
+// scheduled, fired (its next fire may be due soon) or released.
+func (a *Acquirer) Wake() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run acquires until ctx is cancelled.
+func (a *Acquirer) Run(ctx context.Context) error {
+	for {
+		res, err := a.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := a.cfg.PollInterval
+		switch {
+		case err != nil:
+			a.cfg.Logger.WarnContext(ctx, "acquire failed; retrying", slog.Any("error", err))
+		case res.Claimed == a.cfg.Batch:
+			continue // more may be due right now
+		case !res.NextWaiting.IsZero():
+			// Sleep until the earliest waiting trigger enters the fire-ahead window.
+			wait = min(wait, max(0, res.NextWaiting.Sub(a.cfg.Now())-a.cfg.FireAhead))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-a.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// Result says what one acquire pass did.
+type Result struct {
+	Claimed     int       // triggers claimed (fired now or scheduled)
+	FiredNow    int       // of which fired in the acquire transaction
+	NextWaiting time.Time // earliest next fire time still WAITING, zero when none
+}
+
+// RunOnce is one acquire transaction.
+func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
+	var res Result
+	var fired []events.Event
+	var later []store.Claim
+	err := store.InTx(ctx, a.pool, func(tx pgx.Tx) error {
+		fired, later, res = nil, nil, Result{}
+		if err := store.WithLock(ctx, tx, a.cfg.Namespace, store.LockTriggerAccess); err != nil {
+			return err
+		}
+		now := a.cfg.Now()
+		claims, err := a.selectDue(ctx, tx, now)
+		if err != nil {
+			return err
+		}
+		var due []store.Claim
+		for _, c := range claims {
+			if c.SchedTime.After(now) {
+				later = append(later, c)
+			} else {
+				due = append(due, c)
+			}
+		}
+		if len(later) > 0 {
+			if later, err = a.markAcquired(ctx, tx, later, now); err != nil {
+				return err
+			}
+		}
+		if len(due) > 0 {
+			if fired, err = a.firer.FireInTx(ctx, tx, due, false); err != nil {
+				return err
+			}
+		}
+		res.Claimed, res.FiredNow = len(claims), len(fired)
+		var next *time.Time
+		if err := tx.QueryRow(ctx, queries.Get("NextWaiting"), a.cfg.Namespace).Scan(&next); err != nil {
+			return fmt.Errorf("reading next fire time: %w", err)
+		}
+		if next != nil {
+			res.NextWaiting = *next
+		}
+		return nil
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("acquiring triggers: %w", err)
+	}
+	a.firer.Committed(ctx, fired)
+	a.firer.Schedule(later)
+	return res, nil
+}
+
+func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time) ([]store.Claim, error) {
+	rows, err := tx.Query(ctx, queries.Get("SelectDue"), a.cfg.Namespace,
+		now.Add(a.cfg.FireAhead), now.Add(-a.cfg.MisfireThreshold), a.cfg.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("selecting due triggers: %w", err)
+	}
+	defer rows.Close()
+	var claims []store.Claim
+	// Quartz acquires at most one trigger of a non-concurrent job per batch.
+	seenNonconcurrent := map[[2]string]bool{}
+	for rows.Next() {
+		var c store.Claim
+		if err := rows.Scan(&c.TriggerGroup, &c.TriggerName, &c.JobGroup, &c.JobName, &c.SchedTime,
+			&c.Priority, &c.Nonconcurrent, &c.RequestsRecovery); err != nil {
+			return nil, fmt.Errorf("reading due trigger: %w", err)
+		}
+		if c.Nonconcurrent {
+			job := [2]string{c.JobGroup, c.JobName}
+			if seenNonconcurrent[job] {
+				continue
+			}
+			seenNonconcurrent[job] = true
+		}
+		c.FireID = uuid.Must(uuid.NewV7())
+		claims = append(claims, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("selecting due triggers: %w", err)
+	}
+	return claims, nil
+}
+
+// markAcquired moves later-due triggers to ACQUIRED and writes their fired rows; it returns the
+// claims whose guarded update matched.
+func (a *Acquirer) markAcquired(ctx context.Context, tx pgx.Tx, claims []store.Claim, now time.Time) ([]store.Claim, error) {
+	g, n, nft := make([]string, len(claims)), make([]string, len(claims)), make([]time.Time, len(claims))
+	for i, c := range claims {
+		g[i], n[i], nft[i] = c.TriggerGroup, c.TriggerName, c.SchedTime
+	}
+	rows, err := tx.Query(ctx, queries.Get("MarkAcquired"), a.cfg.Namespace, g, n, nft)
+	if err != nil {
+		return nil, fmt.Errorf("marking triggers acquired: %w", err)
+	}
+	ok := map[[2]string]bool{}
+	for rows.Next() {
+		var k [2]string
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("marking triggers acquired: %w", err)
+		}
+		ok[k] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("marking triggers acquired: %w", err)
+	}
+	kept := claims[:0]
+	for _, c := range claims {
+		if ok[[2]string{c.TriggerGroup, c.TriggerName}] {
+			kept = append(kept, c)
+		}
+	}
+	if err := store.InsertFired(ctx, tx, a.cfg.Namespace, a.cfg.InstanceID, store.FiredAcquired, now, kept); err != nil {
+		return nil, err
+	}
+	return kept, nil
+}

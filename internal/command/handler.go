@@ -1,0 +1,289 @@
+package command
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/telemetry"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = store.ParseQueries(queriesSQL)
+
+// Defaults of Config.
+const (
+	MaxBodyBytesDefault = 1 << 20
+)
+
+// BuiltinJobTypes are the job types cmd/worker runs out of the box.
+var BuiltinJobTypes = []string{"http", "log", "noop", "sleep"}
+
+// Config configures a Handler.
+type Config struct {
+	Namespace  string
+	InstanceID string
+	// JobTypes the scheduler accepts in schedule_job; anything else is rejected. Default
+	// BuiltinJobTypes.
+	JobTypes []string
+	// MaxBodyBytes is the largest command body accepted. Default 1 MiB.
+	MaxBodyBytes int
+	Logger       *slog.Logger
+	// Now is the node clock; tests inject one.
+	Now func() time.Time
+	// OnApplied is called after a command changed triggers (wired to the acquirer's Wake, so a
+	// trigger due before the next poll fires on time).
+	OnApplied func()
+}
+
+// Publisher publishes committed events (events.Relay).
+type Publisher interface {
+	Publish(ctx context.Context, evs []events.Event) error
+}
+
+// Handler validates and applies commands.
+type Handler struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	pub    Publisher
+	v      *validator
+	tracer trace.Tracer
+}
+
+// New builds a Handler.
+func New(cfg Config, pool *pgxpool.Pool, pub Publisher) (*Handler, error) {
+	if len(cfg.JobTypes) == 0 {
+		cfg.JobTypes = BuiltinJobTypes
+	}
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.OnApplied == nil {
+		cfg.OnApplied = func() {}
+	}
+	v, err := newValidator()
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{cfg: cfg, pool: pool, pub: pub, v: v, tracer: telemetry.Tracer("command")}, nil
+}
+
+// Outcome is a command's answer: the api reply, and the data of CommandAccepted/Rejected.
+type Outcome struct {
+	OK        bool   `json:"ok"`
+	CommandID string `json:"commandId,omitempty"`
+	Command   string `json:"command,omitempty"`
+	Result    any    `json:"result,omitempty"`
+	Error     *Error `json:"error,omitempty"`
+}
+
+// Transient reports whether the command could not be handled now and may be retried as is.
+func (o Outcome) Transient() bool { return o.Error != nil && !o.Error.final() }
+
+// Handle validates and applies one command. ctx carries the producer's trace context.
+func (h *Handler) Handle(ctx context.Context, cmd string, body []byte) Outcome {
+	ctx, span := h.tracer.Start(ctx, "agate.command."+cmd, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	out := h.handle(ctx, cmd, body)
+	span.SetAttributes(attribute.String("agate.command_id", out.CommandID), attribute.Bool("agate.ok", out.OK))
+	if out.Error != nil {
+		span.SetStatus(codes.Error, out.Error.Error())
+	}
+	return out
+}
+
+func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
+	log := h.cfg.Logger.With(slog.String("command", cmd))
+	if len(body) > h.cfg.MaxBodyBytes {
+		return h.rejectUnread(ctx, cmd, body, invalid("", "body is %d bytes; the limit is %d bytes", len(body), h.cfg.MaxBodyBytes))
+	}
+	if !json.Valid(body) {
+		return h.rejectUnread(ctx, cmd, body, invalid("", "body is not valid JSON"))
+	}
+	var head struct {
+		ID any `json:"id"`
+	}
+	_ = json.Unmarshal(body, &head)
+	id, _ := head.ID.(string)
+	if len(id) > 128 {
+		id = ""
+	}
+	if id != "" {
+		if prev, ok, err := h.seen(ctx, id); err != nil {
+			return h.transient(ctx, cmd, id, err)
+		} else if ok {
+			log.DebugContext(ctx, "command already handled; answering as before", slog.String("command_id", id))
+			return prev
+		}
+	}
+	if !isKnown(cmd) {
+		return h.rejectUnread(ctx, cmd, body, invalid("", "unknown command %q; this scheduler accepts: %s", cmd, strings.Join(known, ", ")))
+	}
+	var apply func(*applyCtx, context.Context) (any, error)
+	switch cmd {
+	case "schedule_job":
+		var c ScheduleJob
+		if e := h.v.check(cmd, body, &c); e != nil {
+			return h.rejectUnread(ctx, cmd, body, e)
+		}
+		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.scheduleJob(ctx, &c) }
+	case "delete_job":
+		var c DeleteJob
+		if e := h.v.check(cmd, body, &c); e != nil {
+			return h.rejectUnread(ctx, cmd, body, e)
+		}
+		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.deleteJob(ctx, &c) }
+	case "unschedule_trigger":
+		var c UnscheduleTrigger
+		if e := h.v.check(cmd, body, &c); e != nil {
+			return h.rejectUnread(ctx, cmd, body, e)
+		}
+		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.unscheduleTrigger(ctx, &c) }
+	}
+
+	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
+	var out Outcome
+	err := store.InTx(ctx, h.pool, func(tx pgx.Tx) error {
+		a.tx, a.now, a.evs = tx, h.cfg.Now(), nil
+		if err := store.WithLock(ctx, tx, h.cfg.Namespace, store.LockTriggerAccess); err != nil {
+			return err
+		}
+		result, err := apply(a, ctx)
+		if err != nil {
+			return err
+		}
+		out = Outcome{OK: true, CommandID: id, Command: cmd, Result: result}
+		return h.record(ctx, a, out, body)
+	})
+	var rej rejection
+	switch {
+	case errors.As(err, &rej):
+		return h.rejectUnread(ctx, cmd, body, rej.err)
+	case errors.Is(err, errDuplicate):
+		if prev, ok, err := h.seen(ctx, id); err == nil && ok {
+			return prev
+		}
+		return h.transient(ctx, cmd, id, errDuplicate)
+	case err != nil:
+		return h.transient(ctx, cmd, id, err)
+	}
+	h.publish(ctx, a.evs)
+	h.cfg.OnApplied()
+	log.InfoContext(ctx, "command applied", slog.String("command_id", id))
+	return out
+}
+
+var errDuplicate = errors.New("the same command id is being applied by another node")
+
+// record remembers a final outcome under the command id and appends its event, in tx.
+func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []byte) error {
+	if out.CommandID != "" {
+		enc, err := json.Marshal(out)
+		if err != nil {
+			return fmt.Errorf("encoding outcome: %w", err)
+		}
+		tag, err := a.tx.Exec(ctx, queries.Get("RememberOutcome"), h.cfg.Namespace, out.CommandID, enc)
+		if err != nil {
+			return fmt.Errorf("remembering command outcome: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return errDuplicate
+		}
+	}
+	typ, data := events.TypeCommandAccepted, any(out)
+	if !out.OK {
+		typ = events.TypeCommandRejected
+		b := string(body)
+		if len(b) > 4096 {
+			b = b[:4096]
+		}
+		data = map[string]any{"commandId": out.CommandID, "command": out.Command, "error": out.Error, "body": b}
+	}
+	aggID := out.CommandID
+	if aggID == "" {
+		aggID = "(no id)"
+	}
+	return a.event(typ, events.AggregateCommand, aggID, "command", data)
+}
+
+// rejectUnread records a rejection (final outcome + CommandRejected event) in its own transaction.
+func (h *Handler) rejectUnread(ctx context.Context, cmd string, body []byte, e *Error) Outcome {
+	var head struct {
+		ID any `json:"id"`
+	}
+	_ = json.Unmarshal(body, &head)
+	id, _ := head.ID.(string)
+	if len(id) > 128 {
+		id = ""
+	}
+	out := Outcome{OK: false, CommandID: id, Command: cmd, Error: e}
+	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
+	err := store.InTx(ctx, h.pool, func(tx pgx.Tx) error {
+		a.tx, a.now, a.evs = tx, h.cfg.Now(), nil
+		return h.record(ctx, a, out, body)
+	})
+	if errors.Is(err, errDuplicate) {
+		if prev, ok, err := h.seen(ctx, id); err == nil && ok {
+			return prev
+		}
+	}
+	if err != nil {
+		return h.transient(ctx, cmd, id, err)
+	}
+	h.publish(ctx, a.evs)
+	h.cfg.Logger.WarnContext(ctx, "command rejected", slog.String("command", cmd), slog.String("command_id", id),
+		slog.String("code", e.Code), slog.String("field", e.Field), slog.String("reason", e.Message))
+	return out
+}
+
+func (h *Handler) transient(ctx context.Context, cmd, id string, err error) Outcome {
+	h.cfg.Logger.WarnContext(ctx, "command could not be handled now; it can be retried",
+		slog.String("command", cmd), slog.String("command_id", id), slog.Any("error", err))
+	code := CodeUnavailable
+	if !store.IsTransient(err) {
+		code = CodeInternal
+	}
+	return Outcome{OK: false, CommandID: id, Command: cmd,
+		Error: &Error{Code: code, Message: "the scheduler could not apply the command now; retry with the same id"}}
+}
+
+func (h *Handler) seen(ctx context.Context, id string) (Outcome, bool, error) {
+	var raw []byte
+	err := h.pool.QueryRow(ctx, queries.Get("SeenOutcome"), h.cfg.Namespace, id).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Outcome{}, false, nil
+	}
+	if err != nil {
+		return Outcome{}, false, fmt.Errorf("reading command outcome: %w", err)
+	}
+	var out Outcome
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return Outcome{}, false, fmt.Errorf("reading command outcome: %w", err)
+	}
+	return out, true, nil
+}
+
+func (h *Handler) publish(ctx context.Context, evs []events.Event) {
+	if err := h.pub.Publish(ctx, evs); err != nil {
+		h.cfg.Logger.WarnContext(ctx, "publishing command events failed; the outbox sweep will publish them",
+			slog.Any("error", err))
+	}
+}

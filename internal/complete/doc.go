@@ -1,0 +1,14 @@
+// Package complete is step ⑥ of the lifecycle: the completion consumer.
+//
+// It reads JobCompleted and JobFailed messages that workers publish on agate.<ns>.done.>, and
+// applies a batch of them in one transaction under TRIGGER_ACCESS:
+//
+//   - a completion, or a final failure, deletes the fire's fired_triggers row; where a row was
+//     deleted the job's BLOCKED triggers return to WAITING and PAUSED_BLOCKED ones to PAUSED
+//     (non-concurrent jobs), a COMPLETE trigger is deleted, and a non-durable job left without
+//     triggers is deleted, as Quartz's triggeredJobComplete does;
+//   - every outcome is appended to the event log (not published again: it is on the bus already).
+//
+// It is idempotent: a completion delivered twice finds no fired row the second time and changes
+// nothing; the log's unique event id drops the repeated event.
+package complete

@@ -1,0 +1,35 @@
+-- name: LoadForFire
+select t.trigger_group, t.trigger_name, t.state, t.next_fire_time, t.prev_fire_time, t.times_triggered,
+       t.schedule, coalesce(t.calendar_name, ''), t.data, coalesce(t.trace_context, ''),
+       j.job_type, j.data, j.timeout_ms
+from unnest($2::text[], $3::text[]) as c(g, n)
+join triggers t on t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n
+join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name;
+
+-- name: UpdateTriggers
+-- Guarded by the state and next fire time the claim was made on (funnyzpc/quartz's CAS).
+update triggers t
+set state = c.state, next_fire_time = c.next, prev_fire_time = c.prev, times_triggered = c.times
+from unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[], $8::timestamptz[])
+    as c(g, n, state, next, prev, times, old_next)
+where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n
+  and t.state = $9 and t.next_fire_time = c.old_next
+returning t.trigger_group, t.trigger_name;
+
+-- name: BlockOthers
+-- Quartz: when a non-concurrent job fires, its other triggers wait until it completes.
+update triggers t
+set state = case t.state when 'PAUSED' then 'PAUSED_BLOCKED' else 'BLOCKED' end
+from unnest($2::text[], $3::text[]) as j(g, n)
+where t.sched_name = $1 and t.job_group = j.g and t.job_name = j.n
+  and t.state in ('WAITING', 'ACQUIRED', 'PAUSED');
+
+-- name: MarkExecuting
+update fired_triggers set state = 'EXECUTING', fired_time = $2 where entry_id = any($1);
+
+-- name: Release
+-- Give back claims this node will not fire (shutdown, stale claim).
+update triggers t set state = 'WAITING'
+from unnest($2::text[], $3::text[], $4::timestamptz[]) as c(g, n, nft)
+where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n
+  and t.state = 'ACQUIRED' and t.next_fire_time = c.nft;

@@ -1,0 +1,129 @@
+// Package node assembles one scheduler node from the lifecycle steps: command consumer, acquire,
+// fire, outbox relay, completion consumer and recovery, each a Run(ctx) loop under one errgroup.
+// cmd/scheduler (and the all-in-one dev mode, and the integration tests) start nodes through it;
+// the steps never import each other, the hand-offs are wired here.
+package node
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/agatesched/agate/internal/acquire"
+	"github.com/agatesched/agate/internal/command"
+	"github.com/agatesched/agate/internal/complete"
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/fire"
+	"github.com/agatesched/agate/internal/recovery"
+	"github.com/agatesched/agate/internal/store"
+)
+
+// Config configures a scheduler node. Zero values take each step's documented default.
+type Config struct {
+	Namespace  string
+	InstanceID string
+	// LockMode is "global": one TRIGGER_ACCESS row per namespace, exactly as Quartz.
+	LockMode         string
+	Batch            int
+	FireAhead        time.Duration
+	PollInterval     time.Duration
+	MisfireThreshold time.Duration
+	CheckinInterval  time.Duration
+	SweepInterval    time.Duration
+	SweepDelay       time.Duration
+	JobTypes         []string
+	MaxCommandBytes  int
+	Logger           *slog.Logger
+	// Now is the node clock (fire times, misfires); tests inject one. Default time.Now.
+	Now func() time.Time
+}
+
+// LockModes this version implements.
+var LockModes = []string{"global"}
+
+// Validate checks a configuration from flags or the environment.
+func (c Config) Validate() error {
+	if err := events.ValidateNamespace(c.Namespace); err != nil {
+		return err
+	}
+	if c.InstanceID == "" || len(c.InstanceID) > 200 {
+		return fmt.Errorf("instance id must be 1-200 characters")
+	}
+	if c.LockMode != "" && c.LockMode != "global" {
+		return fmt.Errorf("lock mode %q is not supported; use %q", c.LockMode, "global")
+	}
+	return nil
+}
+
+// Run migrates the database, makes sure the streams and lock rows exist, and runs the node until
+// ctx is cancelled. It returns the first error that stops a step.
+func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := cmp.Or(cfg.Logger, slog.Default()).With(slog.String("node", cfg.InstanceID))
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	ns := cfg.Namespace
+	if err := store.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	if err := store.EnsureLocks(ctx, pool, ns); err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	if err := events.EnsureStreams(ctx, js, ns); err != nil {
+		return err
+	}
+
+	relay := events.NewRelay(events.RelayConfig{Namespace: ns, SweepInterval: cfg.SweepInterval,
+		SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
+	var acq *acquire.Acquirer
+	wake := func() { acq.Wake() }
+	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, MaxBatch: cfg.Batch, Logger: log,
+		Now: cfg.Now, OnFired: wake}, pool, relay)
+	acq = acquire.New(acquire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Batch: cfg.Batch,
+		FireAhead: cfg.FireAhead, PollInterval: cfg.PollInterval, MisfireThreshold: cfg.MisfireThreshold,
+		Logger: log, Now: cfg.Now}, pool, firer)
+	commands, err := command.New(command.Config{Namespace: ns, InstanceID: cfg.InstanceID, JobTypes: cfg.JobTypes,
+		MaxBodyBytes: cfg.MaxCommandBytes, Logger: log, Now: cfg.Now, OnApplied: wake}, pool, relay)
+	if err != nil {
+		return err
+	}
+	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log,
+		OnReleased: wake}, pool, js)
+	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID,
+		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
+		OnChanged: wake}, pool, relay)
+
+	log.InfoContext(ctx, "scheduler node started", slog.String("namespace", ns), slog.String("lock_mode", "global"))
+	g, ctx := errgroup.WithContext(ctx)
+	run := func(name string, f func(context.Context) error) {
+		g.Go(func() error {
+			if err := f(ctx); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	run("recovery", recoverer.Run)
+	run("acquire", acq.Run)
+	run("fire", firer.Run)
+	run("outbox relay", relay.Run)
+	run("completion consumer", completions.Run)
+	run("command consumer", func(ctx context.Context) error { return commands.Run(ctx, nc, js) })
+	err = g.Wait()
+	log.Info("scheduler node stopped")
+	return err
+}

@@ -1,0 +1,42 @@
+-- name: CheckIn
+insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms)
+values ($1, $2, now(), $3)
+on conflict (sched_name, instance_id) do update set last_checkin_time = now(), checkin_interval_ms = $3;
+
+-- name: FailedNodes
+-- The database clock decides (DESIGN §7). $3: also this instance's own leftovers at first check-in.
+select instance_id from scheduler_state
+where sched_name = $1
+  and ((instance_id <> $2 and last_checkin_time + make_interval(secs => checkin_interval_ms * 2 / 1000.0) + interval '7.5 seconds' < now())
+       or (instance_id = $2 and $3));
+
+-- name: ReleaseAcquired
+-- Triggers claimed by dead nodes but not fired go back to WAITING.
+with gone as (
+    delete from fired_triggers
+    where sched_name = $1 and instance_id = any($2) and state = 'ACQUIRED'
+    returning trigger_group, trigger_name, sched_time
+)
+update triggers t set state = 'WAITING'
+from gone
+where t.sched_name = $1 and t.trigger_group = gone.trigger_group and t.trigger_name = gone.trigger_name
+  and t.state = 'ACQUIRED' and t.next_fire_time = gone.sched_time
+returning t.trigger_group, t.trigger_name;
+
+-- name: ForgetNodes
+delete from scheduler_state where sched_name = $1 and instance_id = any($2) and instance_id <> $3;
+
+-- name: SelectMisfired
+select trigger_group, trigger_name, schedule, next_fire_time, prev_fire_time, times_triggered,
+       coalesce(calendar_name, '')
+from triggers
+where sched_name = $1 and state = 'WAITING' and misfire_instr <> 'ignore_misfire_policy'
+  and next_fire_time < $2
+order by next_fire_time
+limit $3;
+
+-- name: UpdateMisfired
+update triggers
+set next_fire_time = $4, prev_fire_time = $5, times_triggered = $6, schedule = $7,
+    state = case when $4::timestamptz is null then 'COMPLETE' else state end
+where sched_name = $1 and trigger_group = $2 and trigger_name = $3 and state = 'WAITING' and next_fire_time = $8;

@@ -1,0 +1,41 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agatesched/agate/internal/trigger"
+)
+
+// LoadCalendars reads and parses the named calendars of a namespace. Names not found are absent
+// from the map; the caller decides whether that is an error.
+func LoadCalendars(ctx context.Context, tx pgx.Tx, namespace string, names []string) (map[string]trigger.Calendar, error) {
+	cals := map[string]trigger.Calendar{}
+	if len(names) == 0 {
+		return cals, nil
+	}
+	rows, err := tx.Query(ctx, `select calendar_name, calendar from calendars where sched_name = $1 and calendar_name = any($2)`,
+		namespace, names)
+	if err != nil {
+		return nil, fmt.Errorf("loading calendars: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var data []byte
+		if err := rows.Scan(&name, &data); err != nil {
+			return nil, fmt.Errorf("loading calendars: %w", err)
+		}
+		cal, err := trigger.ParseCalendar(data)
+		if err != nil {
+			return nil, fmt.Errorf("calendar %q is unreadable: %w", name, err)
+		}
+		cals[name] = cal
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("loading calendars: %w", err)
+	}
+	return cals, nil
+}

@@ -1,0 +1,78 @@
+// Package telemetry sets up OpenTelemetry from the standard OTEL_* variables and carries W3C trace
+// context through trigger rows and message headers, so one job can be followed from the
+// producer's command to its completion.
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Setup installs the global tracer provider and the W3C propagator. An OTLP/HTTP exporter is used
+// when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (the exporter
+// reads the other OTEL_* variables itself); otherwise spans are not recorded, but trace context
+// still propagates. The returned function flushes and stops the exporter.
+func Setup(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return func(context.Context) error { return nil }, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("creating OTLP trace exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	if err != nil {
+		return nil, fmt.Errorf("building OpenTelemetry resource: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
+
+// Tracer returns the tracer of an Agate package (instrumentation name = package path).
+func Tracer(pkg string) trace.Tracer {
+	return otel.Tracer("github.com/agatesched/agate/" + pkg)
+}
+
+// propagator is fixed to W3C trace context: that is what rows and headers store, whatever the
+// global propagator is.
+var propagator = propagation.TraceContext{}
+
+// TraceParent returns the W3C traceparent of ctx's span, "" when there is none.
+func TraceParent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagator.Inject(ctx, c)
+	return c["traceparent"]
+}
+
+// WithTraceParent returns ctx carrying the remote span context of a stored traceparent.
+func WithTraceParent(ctx context.Context, traceParent string) context.Context {
+	if traceParent == "" {
+		return ctx
+	}
+	return propagator.Extract(ctx, propagation.MapCarrier{"traceparent": traceParent})
+}
+
+// FromHeader returns ctx carrying the trace context of a NATS message's headers.
+func FromHeader(ctx context.Context, h nats.Header) context.Context {
+	if h == nil {
+		return ctx
+	}
+	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// ToHeader writes ctx's trace context into NATS headers.
+func ToHeader(ctx context.Context, h nats.Header) {
+	propagator.Inject(ctx, propagation.HeaderCarrier(h))
+}
