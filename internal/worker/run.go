@@ -1,0 +1,251 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/telemetry"
+)
+
+// handle takes one JobFired message from receipt to ack (or nak, or term). The message is
+// heartbeated the whole time this worker holds it, including while it waits for a run slot.
+// ctx ends when the worker stops fetching; jobCtx only after the drain timeout.
+func (w *Worker) handle(ctx, jobCtx context.Context, typ string, msg jetstream.Msg) {
+	stopHeartbeat := w.heartbeat(msg)
+	defer stopHeartbeat()
+
+	attempt := 1
+	if meta, err := msg.Metadata(); err == nil {
+		attempt = int(meta.NumDelivered)
+	}
+	var fired events.JobFired
+	env, err := events.Decode(msg.Data(), &fired)
+	if err == nil {
+		err = checkFired(env, fired, typ)
+	}
+	if err != nil {
+		// A message that cannot be read will not become readable: terminate it rather than let
+		// JetStream redeliver it MaxDeliver times. Its content is not logged (it may hold secrets).
+		w.log.ErrorContext(ctx, "terminating malformed JobFired message", "subject", msg.Subject(),
+			"attempt", attempt, "error", err)
+		if err := msg.TermWithReason("malformed JobFired: " + err.Error()); err != nil {
+			w.log.WarnContext(ctx, "terminating malformed message failed; JetStream will redeliver it",
+				"subject", msg.Subject(), "error", err)
+		}
+		return
+	}
+
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		// Stopping before the job started: give it back now rather than after AckWait.
+		_ = msg.Nak()
+		return
+	}
+	defer func() { <-w.slots }()
+	w.run(jobCtx, typ, msg, fired, attempt)
+}
+
+// checkFired rejects events that decode but cannot be run.
+func checkFired(env events.Envelope, fired events.JobFired, typ string) error {
+	switch {
+	case env.Type != events.TypeJobFired:
+		return fmt.Errorf("event type is %q, want %q", env.Type, events.TypeJobFired)
+	case fired.FireID == uuid.Nil:
+		return errors.New("data.fireId is missing")
+	case fired.Job.Type != typ:
+		return fmt.Errorf("data.job.type %q does not match the subject's job type %q", fired.Job.Type, typ)
+	case fired.Job.Group == "" || fired.Job.Name == "":
+		return errors.New("data.job.group and data.job.name are required")
+	}
+	return nil
+}
+
+// heartbeat tells JetStream every AckWait/3 that msg is still being worked on, until the
+// returned function is called.
+func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(w.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					w.log.Debug("heartbeat failed", "subject", msg.Subject(), "error", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// run executes the handler and settles the message: publish the outcome, then ack or nak.
+func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fired events.JobFired, attempt int) {
+	key := fired.Job.Key().String()
+	ctx := telemetry.FromHeader(jobCtx, msg.Headers())
+	ctx, span := w.tracer.Start(ctx, "agate.job.run",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("agate.namespace", w.cfg.Namespace),
+			attribute.String("agate.fire_id", fired.FireID.String()),
+			attribute.String("agate.job", key),
+			attribute.String("agate.job.type", typ),
+			attribute.String("agate.trigger", fired.Trigger.String()),
+			attribute.Int("agate.attempt", attempt),
+			attribute.Bool("agate.recovering", fired.Recovering),
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", msg.Subject()),
+		))
+	defer span.End()
+
+	log := w.log.With("job", key, "type", typ, "fire_id", fired.FireID, "attempt", attempt)
+	timeout := w.cfg.DefaultTimeout
+	if fired.Timeout != "" {
+		if d, err := time.ParseDuration(fired.Timeout); err == nil && d > 0 {
+			timeout = d
+		} else {
+			log.WarnContext(ctx, "ignoring the job's timeout: not a positive Go duration", "timeout", fired.Timeout,
+				"using", timeout)
+		}
+	}
+
+	h, _ := w.reg.Handler(typ)
+	started := time.Now()
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	err := callHandler(runCtx, h, Job{JobFired: fired, Attempt: attempt, Logger: log})
+	if err != nil && errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("job timed out after %s: %w", timeout, err)
+	}
+	cancel()
+	finished := time.Now()
+
+	if jobCtx.Err() != nil {
+		// The drain timeout cancelled the job: this is not its outcome. Leave it to another worker.
+		span.SetStatus(codes.Error, "worker stopped before the job finished")
+		log.WarnContext(ctx, "job cancelled by shutdown; it will be redelivered", "duration", finished.Sub(started))
+		_ = msg.Nak()
+		return
+	}
+
+	result := events.JobResult{
+		FireID: fired.FireID, Job: fired.Job, Trigger: fired.Trigger, ScheduledTime: fired.ScheduledTime,
+		Worker: w.cfg.InstanceID, StartedTime: started.UTC(), FinishedTime: finished.UTC(), Attempt: attempt,
+	}
+	evType, final := events.TypeJobCompleted, true
+	if err != nil {
+		retryable := !IsPermanent(err)
+		final = !retryable || attempt >= w.cfg.MaxDeliver
+		evType = events.TypeJobFailed
+		result.Error = &events.JobError{Message: err.Error(), Retryable: retryable, Final: final}
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.SetAttributes(attribute.Bool("agate.final", final))
+
+	if perr := w.publish(ctx, typ, key, finished, result); perr != nil {
+		delay := w.backoff(attempt)
+		log.WarnContext(ctx, "publishing the job's outcome failed; the fire will be redelivered",
+			"outcome", evType, "retry_in", delay, "error", perr)
+		span.RecordError(perr)
+		if err := msg.NakWithDelay(delay); err != nil {
+			log.WarnContext(ctx, "nak failed; JetStream will redeliver after AckWait", "error", err)
+		}
+		return
+	}
+
+	attrs := []any{"duration", finished.Sub(started)}
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "job completed", attrs...)
+	case final:
+		log.InfoContext(ctx, "job failed", append(attrs, "final", true, "retryable", !IsPermanent(err), "error", err)...)
+	default:
+		delay := w.backoff(attempt)
+		log.InfoContext(ctx, "job failed; will retry", append(attrs, "final", false, "retry_in", delay, "error", err)...)
+		if err := msg.NakWithDelay(delay); err != nil {
+			log.WarnContext(ctx, "nak failed; JetStream will redeliver after AckWait", "error", err)
+		}
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		log.WarnContext(ctx, "ack failed after the outcome was published; the fire may run again", "error", err)
+	}
+}
+
+// callHandler runs h, turning a panic into an error.
+func callHandler(ctx context.Context, h HandlerFunc, job Job) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			job.Logger.ErrorContext(ctx, "job handler panicked", "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("job handler panicked: %v", r)
+		}
+	}()
+	return h(ctx, job)
+}
+
+// publish sends the outcome and waits for JetStream's acknowledgement, retrying for a while when
+// NATS is unreachable (the fire stays heartbeated meanwhile).
+func (w *Worker) publish(ctx context.Context, typ, key string, now time.Time, result events.JobResult) error {
+	evType := events.TypeJobCompleted
+	if result.Error != nil {
+		evType = events.TypeJobFailed
+	}
+	ev, err := events.New(evType, w.source, events.AggregateJob, key, w.subjects.Done(typ), now, result)
+	if err != nil {
+		return err
+	}
+	sc := trace.SpanContextFromContext(ctx)
+	ev.TraceParent = telemetry.TraceParent(ctx)
+	if ts := sc.TraceState().String(); ts != "" {
+		ev.TraceState = ts
+	}
+	msg, err := events.Message(ev)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(publishRetryFor)
+	delay := 100 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = w.js.PublishMsg(pctx, msg)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || w.js.Conn().IsClosed() || time.Now().Add(delay).After(deadline) {
+			return fmt.Errorf("publishing %s to %s: %w", evType, ev.Topic, err)
+		}
+		w.log.DebugContext(ctx, "publishing a job outcome failed; retrying", "subject", ev.Topic, "error", err)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// backoff is the delay before attempt+1: RetryDelay doubled per attempt, capped at
+// MaxRetryDelay, with ±10% jitter so retries of a burst spread out.
+func (w *Worker) backoff(attempt int) time.Duration {
+	d := w.cfg.RetryDelay
+	for i := 1; i < attempt && d < w.cfg.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	d = min(d, w.cfg.MaxRetryDelay)
+	jitter := time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
+	return max(d+jitter, 0)
+}

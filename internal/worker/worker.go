@@ -1,0 +1,243 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/telemetry"
+)
+
+// Config configures a Worker. Zero durations and counts take the defaults documented per field.
+type Config struct {
+	// Namespace is the scheduler namespace whose fired jobs this worker runs.
+	Namespace string
+	// InstanceID names this process in completion events (JobResult.worker, CloudEvents source).
+	InstanceID string
+	// Concurrency is how many jobs run at once, across all job types. Default 10.
+	Concurrency int
+	// AckWait is how long JetStream waits for an ack (or a heartbeat) before redelivering a fire
+	// to another worker. Messages held by this worker are heartbeated every AckWait/3, so it only
+	// bounds how soon a dead worker's jobs are retried. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver is how many times a fire is attempted; the last failed attempt publishes
+	// JobFailed{final:true}. Default 5.
+	MaxDeliver int
+	// DefaultTimeout bounds a job whose JobFired has no timeout. Default 5m.
+	DefaultTimeout time.Duration
+	// RetryDelay is the delay before the second attempt; it doubles per attempt up to
+	// MaxRetryDelay. Defaults 1s and 1m.
+	RetryDelay    time.Duration
+	MaxRetryDelay time.Duration
+	// DrainTimeout is how long Run waits, once its context is cancelled, for running jobs to
+	// finish. Jobs still running then are cancelled and left unacked, so JetStream redelivers
+	// them. Default 30s.
+	DrainTimeout time.Duration
+	// Logger receives the worker's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// fetchWait is how long one pull request waits for messages. It bounds how long a worker keeps
+// asking a server that restarted (and forgot the request) before asking again.
+const fetchWait = 5 * time.Second
+
+// publishRetryFor is how long a worker keeps retrying a completion publish (while still
+// heartbeating the fire) before it gives the fire back with a delayed nak.
+const publishRetryFor = 30 * time.Second
+
+// Worker runs the jobs of the registered types. Create it with New, start it with Run.
+//
+// It uses nats.go's jetstream package directly rather than a Watermill subscriber (DESIGN.md §5):
+// it needs msg.InProgress() heartbeats for long jobs, the delivery count from the message
+// metadata (NumDelivered is the attempt number), NakWithDelay for retry back-off, Term for
+// poison messages, and to ack only after the completion's publish was acknowledged. Watermill's
+// Message exposes only Ack/Nack, none of these.
+type Worker struct {
+	cfg      Config
+	js       jetstream.JetStream
+	reg      *Registry
+	subjects events.Subjects
+	source   string
+	log      *slog.Logger
+	tracer   trace.Tracer
+	slots    chan struct{} // a token per running job: the Concurrency bound across all types
+}
+
+// New checks cfg, applies its defaults and returns a worker for the types registered in reg.
+// The scheduler's all-in-one mode uses it too: NewRegistry, RegisterBuiltins, New, Run.
+func New(cfg Config, js jetstream.JetStream, reg *Registry) (*Worker, error) {
+	if err := events.ValidateNamespace(cfg.Namespace); err != nil {
+		return nil, fmt.Errorf("worker config: %w", err)
+	}
+	if cfg.InstanceID == "" {
+		return nil, errors.New("worker config: InstanceID is required (it names this worker in completion events)")
+	}
+	if js == nil {
+		return nil, errors.New("worker config: a JetStream context is required")
+	}
+	if reg == nil || len(reg.Types()) == 0 {
+		return nil, errors.New("worker config: no job types registered; register handlers (e.g. RegisterBuiltins) before New")
+	}
+	if cfg.Concurrency < 0 || cfg.MaxDeliver < 0 || cfg.AckWait < 0 || cfg.DefaultTimeout < 0 ||
+		cfg.RetryDelay < 0 || cfg.MaxRetryDelay < 0 || cfg.DrainTimeout < 0 {
+		return nil, errors.New("worker config: concurrency, max deliver and durations must not be negative")
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
+	cfg.AckWait = cmp.Or(cfg.AckWait, 30*time.Second)
+	cfg.MaxDeliver = cmp.Or(cfg.MaxDeliver, 5)
+	cfg.DefaultTimeout = cmp.Or(cfg.DefaultTimeout, 5*time.Minute)
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, time.Second)
+	cfg.MaxRetryDelay = max(cmp.Or(cfg.MaxRetryDelay, time.Minute), cfg.RetryDelay)
+	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, 30*time.Second)
+	if cfg.AckWait < 300*time.Millisecond {
+		return nil, fmt.Errorf("worker config: AckWait %s is too short to heartbeat (every AckWait/3); use at least 300ms", cfg.AckWait)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Worker{
+		cfg:      cfg,
+		js:       js,
+		reg:      reg,
+		subjects: events.Subjects(cfg.Namespace),
+		source:   events.Source(cfg.Namespace, cfg.InstanceID),
+		log:      cfg.Logger.With("instance", cfg.InstanceID),
+		tracer:   telemetry.Tracer("worker"),
+		slots:    make(chan struct{}, cfg.Concurrency),
+	}, nil
+}
+
+// ConsumerName is the durable consumer every worker shares for a job type.
+func ConsumerName(jobType string) string { return "worker-" + jobType }
+
+// Run ensures the streams and consumers exist, then runs jobs until ctx is cancelled. It then
+// stops fetching, waits up to DrainTimeout for running jobs (their completions are still
+// published and acked), cancels the rest and returns nil. It returns an error when the setup
+// fails or the NATS connection is closed under it.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := events.EnsureStreams(ctx, w.js, w.cfg.Namespace); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	types := w.reg.Types()
+	consumers := make(map[string]jetstream.Consumer, len(types))
+	for _, typ := range types {
+		c, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamFired(w.cfg.Namespace), jetstream.ConsumerConfig{
+			Durable:       ConsumerName(typ),
+			Description:   "Agate workers running " + typ + " jobs",
+			FilterSubject: w.subjects.Fired(typ),
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       w.cfg.AckWait,
+			MaxDeliver:    w.cfg.MaxDeliver,
+		})
+		if err != nil {
+			return fmt.Errorf("worker: creating consumer %s on stream %s: %w",
+				ConsumerName(typ), events.StreamFired(w.cfg.Namespace), err)
+		}
+		consumers[typ] = c
+	}
+	w.log.InfoContext(ctx, "worker started", "namespace", w.cfg.Namespace, "types", types,
+		"concurrency", w.cfg.Concurrency)
+
+	// Jobs do not stop when ctx does: they get DrainTimeout to finish, then jobCtx is cancelled.
+	jobCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopJobs()
+	var inflight sync.WaitGroup
+	g, pullCtx := errgroup.WithContext(ctx)
+	for _, typ := range types {
+		g.Go(func() error { return w.pull(pullCtx, jobCtx, typ, consumers[typ], &inflight) })
+	}
+	err := g.Wait()
+
+	drained := make(chan struct{})
+	go func() { inflight.Wait(); close(drained) }()
+	t := time.NewTimer(w.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+		w.log.Warn("jobs still running after the drain timeout were cancelled; JetStream will redeliver them",
+			"drain_timeout", w.cfg.DrainTimeout)
+	}
+	w.log.Info("worker stopped")
+	return err
+}
+
+// pull fetches the fired jobs of one type for as long as ctx lasts. It asks for no more messages
+// than it has budget for, the budget being Concurrency held messages per type: a message that
+// sat in a client-side prefetch buffer would not be heartbeated and could be redelivered to
+// another worker while still queued here. A held message waits for one of the Concurrency run
+// slots (shared across types) under heartbeat.
+func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Consumer, inflight *sync.WaitGroup) error {
+	budget := make(chan struct{}, w.cfg.Concurrency)
+	release := func(n int) {
+		for range n {
+			<-budget
+		}
+	}
+	errDelay := 100 * time.Millisecond
+	for {
+		select {
+		case budget <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		n := 1
+	more:
+		for n < cap(budget) {
+			select {
+			case budget <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
+		got := 0
+		if err == nil {
+			for msg := range batch.Messages() {
+				got++
+				inflight.Add(1)
+				go func() {
+					defer inflight.Done()
+					defer release(1)
+					w.handle(ctx, jobCtx, typ, msg)
+				}()
+			}
+			err = batch.Error()
+		}
+		cancel()
+		release(n - got)
+
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			errDelay = 100 * time.Millisecond
+			continue
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed) || w.js.Conn().IsClosed() {
+			return fmt.Errorf("worker: fetching %s jobs: NATS connection closed: %w", typ, err)
+		}
+		w.log.WarnContext(ctx, "fetching jobs failed; retrying", "type", typ, "consumer", ConsumerName(typ),
+			"retry_in", errDelay, "error", err)
+		select {
+		case <-time.After(errDelay):
+		case <-ctx.Done():
+			return nil
+		}
+		errDelay = min(2*errDelay, 5*time.Second)
+	}
+}
