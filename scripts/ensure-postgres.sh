@@ -49,7 +49,7 @@ if ! bindir=$(find_bindir); then
 	echo "ensure-postgres: PostgreSQL server not found; installing the postgresql package"
 	export DEBIAN_FRONTEND=noninteractive
 	as_root apt-get update -qq
-	as_root apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+	as_root apt-get install -y -qq --no-install-recommends postgresql
 	if ! bindir=$(find_bindir); then
 		echo "ensure-postgres: installed postgresql but still cannot find initdb/pg_ctl/postgres" >&2
 		exit 1
