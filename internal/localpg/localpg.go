@@ -181,6 +181,10 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	if err := c.stop(ctx); err != nil {
 		return err
 	}
+	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err != nil {
+		return fmt.Errorf("restart PostgreSQL: data directory %s is gone (Stop removes a temporary one; "+
+			"call Start for a new cluster): %w", c.dataDir, err)
+	}
 	return c.startLocked(ctx, c.port, true)
 }
 
