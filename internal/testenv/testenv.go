@@ -257,7 +257,11 @@ func startSharedPostgres() {
 		if pool != nil {
 			pool.Close()
 		}
-		shared.pgErr = fmt.Errorf("connect to PostgreSQL at %s: %w", redacted(u), err)
+		hint := ""
+		if shared.pg == nil {
+			hint = " (is that server running? unset DATABASE_URL to let the tests start their own)"
+		}
+		shared.pgErr = fmt.Errorf("connect to PostgreSQL at %s: %w%s", redacted(u), err, hint)
 		return
 	}
 	var version int

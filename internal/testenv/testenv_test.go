@@ -165,7 +165,9 @@ func TestDatabaseFromTemplate(t *testing.T) {
 		_, err = conn.Exec(ctx, "CREATE TABLE seeded (id int); INSERT INTO seeded VALUES (1)")
 		return err
 	}
-	key := "TestDatabaseFromTemplate-" + testenv.Namespace(t)
+	// A fixed key: on a DATABASE_URL server the template stays for the next
+	// run, which then skips setup.
+	const key = "testenv-selftest-v1"
 
 	var wg sync.WaitGroup
 	urls := make([]string, 4)
@@ -173,8 +175,8 @@ func TestDatabaseFromTemplate(t *testing.T) {
 		wg.Go(func() { urls[i] = testenv.DatabaseFromTemplate(t, key, setup) })
 	}
 	wg.Wait()
-	if n := setups.Load(); n != 1 {
-		t.Errorf("setup ran %d times, want once", n)
+	if n := setups.Load(); n > 1 {
+		t.Errorf("setup ran %d times, want at most once", n)
 	}
 
 	a, b := connect(t, urls[0]), connect(t, urls[1])
