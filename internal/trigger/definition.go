@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,8 +77,8 @@ type DailyTimeIntervalSchedule struct {
 	Interval   int        `json:"interval"`
 	// Unit is one of second, minute, hour.
 	Unit string `json:"unit"`
-	// RepeatCount -1 (or 0 in JSON omitted? no: see Validate) means no limit; n ≥ 0 stops after
-	// n+1 fires.
+	// RepeatCount -1 means no limit; n ≥ 0 stops after n+1 fires. Absent in JSON means -1
+	// (Quartz's default); the Go zero value 0 means one fire.
 	RepeatCount int `json:"repeatCount"`
 	// TimeZone is an IANA zone name; "" means UTC.
 	TimeZone string `json:"timeZone,omitempty"`
@@ -254,7 +255,7 @@ func (d Definition) compile() (*compiled, error) {
 		for name := range misfireCodes[k] {
 			names = append(names, name)
 		}
-		sortStrings(names)
+		slices.Sort(names)
 		return nil, fieldErr("misfire", "unknown misfire instruction %q for this trigger kind; use one of %s", d.Misfire, strings.Join(names, ", "))
 	}
 	if d.StartAt != nil && d.EndAt != nil && d.EndAt.Before(*d.StartAt) {
@@ -297,14 +298,6 @@ func (d Definition) compile() (*compiled, error) {
 		}
 	}
 	return c, nil
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 var zoneCache sync.Map // string -> *time.Location
@@ -422,3 +415,5 @@ func ParseDuration(s string) (time.Duration, error) {
 	}
 	return time.Duration(math.Round(total)), nil
 }
+
+func errFmt(format string, args ...any) error { return fmt.Errorf(format, args...) }

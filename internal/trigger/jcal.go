@@ -158,3 +158,45 @@ func lastDayOfMonth(m, y int) int {
 		return 31
 	}
 }
+
+// addMillis is Calendar.add for the time fields (HOUR_OF_DAY, MINUTE, SECOND): instant
+// arithmetic.
+func (c *jcal) addMillis(delta int64) {
+	c.complete()
+	c.setTime(c.instant + delta)
+}
+
+func (c *jcal) offsetSeconds() int64 {
+	_, off := time.UnixMilli(c.instant).In(c.loc).Zone()
+	return int64(off)
+}
+
+// addDays is Calendar.add(DATE/DAY_OF_YEAR, n) (and WEEK_OF_YEAR with 7n): move the local date,
+// keep the local time of day if the zone allows, else keep the elapsed time.
+func (c *jcal) addDays(n int64) {
+	c.complete()
+	oldOff := c.offsetSeconds()
+	fd := daysFromCivil(int64(c.year), int64(c.month)+1, int64(c.day)) + n
+	tod := int64(c.hour)*3600000 + int64(c.min)*60000 + int64(c.sec)*1000 + int64(c.ms)
+	t1 := fd*86400000 + tod - oldOff*1000
+	c.setTime(t1)
+	if zo := (oldOff - c.offsetSeconds()) * 1000; zo != 0 {
+		c.setTime(t1 + zo)
+		if daysFromCivil(int64(c.year), int64(c.month)+1, int64(c.day)) != fd {
+			c.setTime(t1)
+		}
+	}
+}
+
+// addMonths is Calendar.add(MONTH, n): move the month, pin the day to the month's length; the
+// local time of day is kept (resolved like any local time).
+func (c *jcal) addMonths(n int) {
+	c.complete()
+	m := int64(c.month) + int64(n)
+	c.year += int(floorDiv(m, 12))
+	c.month = int(floorMod(m, 12))
+	if ld := lastDayOfMonth(c.month+1, c.year); c.day > ld {
+		c.day = ld
+	}
+	c.dirty = true
+}

@@ -28,6 +28,9 @@ type Trigger struct {
 // none). With a Calendar whose NextIncludedTime is useful the loops take a few steps.
 const maxCalendarSkips = 100000
 
+// maxPreviewSteps bounds the fire times FireTimes and FireTimesBetween step through.
+const maxPreviewSteps = 1000000
+
 // New validates def and computes the first fire time (Quartz computeFirstFireTime). StartAt
 // defaults to now. Like Quartz, a cron trigger's start time is truncated to the second (its
 // first fire is the first matching second at or after it); the other kinds keep milliseconds.
@@ -179,22 +182,11 @@ func (t *Trigger) UpdateAfterMisfire(cal Calendar, now time.Time) {
 		}
 		switch instr {
 		case "do_nothing":
-			t.NextFireTime = t.skipExcludedUnbounded(c, t.fireTimeAfter(c, now), cal)
+			t.NextFireTime = t.skipExcluded(c, t.fireTimeAfter(c, now), cal)
 		case "fire_once_now":
 			t.NextFireTime = now
 		}
 	}
-}
-
-// skipExcludedUnbounded is skipExcluded without the give-up year check (Quartz's cron
-// trigger loops have none; the others' misfire loops neither).
-func (t *Trigger) skipExcludedUnbounded(c *compiled, next time.Time, cal Calendar) time.Time {
-	if c.kind == kindSimple {
-		return t.skipExcluded(c, next, cal)
-	}
-	saved := c.kind
-	_ = saved
-	return t.skipExcluded(c, next, cal)
 }
 
 // FinalFireTime returns the last time the trigger will fire (Quartz getFinalFireTime), ignoring
@@ -241,16 +233,15 @@ func (t *Trigger) fireTimes(after, to time.Time, n int, cal Calendar) []time.Tim
 		return nil
 	}
 	cp := *t
-	if !cp.NextFireTime.After(after) {
-		// Jump: the fire times up to `after` are not wanted. Simple triggers count fires by
-		// position from their start, so the repeat limit still holds.
+	countsFires := c.kind == kindDailyTimeInterval && t.DailyTimeInterval.RepeatCount != repeatIndefinitely
+	if !cp.NextFireTime.After(after) && !countsFires {
+		// Jump over the fire times up to `after`. This keeps the repeat limit of simple triggers
+		// (they count fires by position from their start); a daily-time-interval trigger with
+		// a repeat count is stepped through instead, as its limit counts actual fires.
 		cp.NextFireTime = cp.skipExcluded(c, cp.fireTimeAfter(c, after), cal)
-		if c.kind == kindDailyTimeInterval || c.kind == kindCalendarInterval {
-			cp.TimesTriggered = 0 // their repeat limit is counted by the caller's state only
-		}
 	}
 	var out []time.Time
-	for len(out) < n && !cp.NextFireTime.IsZero() {
+	for steps := 0; len(out) < n && !cp.NextFireTime.IsZero() && steps < maxPreviewSteps; steps++ {
 		if !to.IsZero() && cp.NextFireTime.After(to) {
 			break
 		}
