@@ -1,0 +1,40 @@
+# Agate's developer commands. `make help` lists them.
+.DEFAULT_GOAL := help
+GO ?= go
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: dev
+dev: ## run an all-in-one Agate: embedded NATS, local PostgreSQL, a node, a worker, an example schedule
+	@./scripts/ensure-postgres.sh
+	$(GO) run ./cmd/scheduler dev
+
+.PHONY: build
+build: ## build the binaries into bin/
+	$(GO) build -o bin/ ./cmd/...
+
+.PHONY: test
+test: ## vet and run every test against real PostgreSQL and NATS JetStream
+	@./scripts/ensure-postgres.sh
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 25m ./...
+
+.PHONY: test/race
+test/race: ## the tests with the race detector
+	@./scripts/ensure-postgres.sh
+	$(GO) test -race -count=1 -timeout 25m ./...
+
+.PHONY: bench
+bench: ## the two-node acceptance workload and the 20k burst, with fires/s and lateness
+	@./scripts/ensure-postgres.sh
+	$(GO) run ./cmd/agatebench
+
+.PHONY: fuzz
+fuzz: ## fuzz the cron parser and next-fire functions for 30s each
+	$(GO) test ./internal/trigger -run '^$$' -fuzz FuzzParseCron -fuzztime 30s
+
+.PHONY: tidy
+tidy: ## go mod tidy
+	$(GO) mod tidy
