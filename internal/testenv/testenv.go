@@ -78,6 +78,7 @@ var shared struct {
 	natsOnce sync.Once
 	nats     *natsembed.Server
 	natsURL  string
+	natsDir  string
 	natsErr  error
 }
 
@@ -94,6 +95,7 @@ func shutdown() {
 	}
 	if shared.nats != nil {
 		shared.nats.Shutdown()
+		_ = os.RemoveAll(shared.natsDir)
 	}
 }
 
@@ -290,7 +292,12 @@ pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null) || exit 0
 kill -QUIT "$pid" 2>/dev/null
 while kill -0 "$pid" 2>/dev/null && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; do sleep 0.1; done
 rm -rf "$2"`
-	cmd := exec.Command("/bin/sh", "-c", script, strconv.Itoa(os.Getpid()), dataDir, tempDir)
+	startWatchdog(script, dataDir, tempDir)
+}
+
+// startWatchdog runs a shell script that gets our PID as $0 and args as $1….
+func startWatchdog(script string, args ...string) {
+	cmd := exec.Command("/bin/sh", append([]string{"-c", script, strconv.Itoa(os.Getpid())}, args...)...)
 	// Its own session, so the Ctrl-C that kills us does not kill it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err == nil {
@@ -322,12 +329,20 @@ func startSharedNATS() {
 		shared.natsURL = u
 		return
 	}
-	s, err := natsembed.Start(natsembed.Config{})
+	dir, err := os.MkdirTemp("", "agate-testnats-")
 	if err != nil {
+		shared.natsErr = fmt.Errorf("create JetStream store directory: %w", err)
+		return
+	}
+	s, err := natsembed.Start(natsembed.Config{StoreDir: dir})
+	if err != nil {
+		_ = os.RemoveAll(dir)
 		shared.natsErr = fmt.Errorf("start embedded NATS server (or set NATS_URL): %w", err)
 		return
 	}
-	shared.nats, shared.natsURL = s, s.URL()
+	shared.nats, shared.natsURL, shared.natsDir = s, s.URL(), dir
+	// As for PostgreSQL: if we die before Main's cleanup, remove the store.
+	startWatchdog(`while kill -0 "$0" 2>/dev/null; do sleep 1; done; rm -rf "$1"`, dir)
 }
 
 // Namespace returns a name unique to this call, made of the test's name and
