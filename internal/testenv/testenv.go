@@ -287,17 +287,20 @@ func watchCluster(c *localpg.Cluster) {
 	if !strings.HasPrefix(filepath.Base(tempDir), "agate-pg-") {
 		return // not a directory we may delete
 	}
-	const script = `while kill -0 "$0" 2>/dev/null; do sleep 1; done
-pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null) || exit 0
-kill -QUIT "$pid" 2>/dev/null
-while kill -0 "$pid" 2>/dev/null && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; do sleep 0.1; done
+	const script = `pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null) || exit 0
+kill -QUIT "$pid" 2>/dev/null # immediate shutdown
+while alive "$pid"; do sleep 0.1; done
 rm -rf "$2"`
 	startWatchdog(script, dataDir, tempDir)
 }
 
-// startWatchdog runs a shell script that gets our PID as $0 and args as $1….
+// startWatchdog runs script, with args as $1…, once this process has died.
+// Zombies count as dead: PID 1 in a container may never reap them.
 func startWatchdog(script string, args ...string) {
-	cmd := exec.Command("/bin/sh", append([]string{"-c", script, strconv.Itoa(os.Getpid())}, args...)...)
+	const wait = `alive() { kill -0 "$1" 2>/dev/null && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+while alive "$0"; do sleep 1; done
+`
+	cmd := exec.Command("/bin/sh", append([]string{"-c", wait + script, strconv.Itoa(os.Getpid())}, args...)...)
 	// Its own session, so the Ctrl-C that kills us does not kill it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err == nil {
@@ -342,7 +345,7 @@ func startSharedNATS() {
 	}
 	shared.nats, shared.natsURL, shared.natsDir = s, s.URL(), dir
 	// As for PostgreSQL: if we die before Main's cleanup, remove the store.
-	startWatchdog(`while kill -0 "$0" 2>/dev/null; do sleep 1; done; rm -rf "$1"`, dir)
+	startWatchdog(`rm -rf "$1"`, dir)
 }
 
 // Namespace returns a name unique to this call, made of the test's name and
