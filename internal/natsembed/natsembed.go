@@ -47,6 +47,9 @@ const (
 	maxStore  = 1 << 30   // bytes of file-backed streams
 )
 
+// maxPayload is the largest message the embedded server accepts.
+const maxPayload = 16 << 20
+
 // readyTimeout bounds how long Start waits for the server to accept clients.
 const readyTimeout = 10 * time.Second
 
@@ -96,6 +99,9 @@ func Start(cfg Config) (*Server, error) {
 		// Signals belong to the embedding program.
 		NoSigs: true,
 		NoLog:  cfg.Logger == nil,
+		// Above NATS's 1 MiB default so that an oversized command reaches the scheduler and is
+		// rejected with a reason, instead of failing in the producer's client.
+		MaxPayload: maxPayload,
 	}
 	if err := s.startLocked(); err != nil {
 		s.removeTemp()
