@@ -434,6 +434,9 @@ func (p *cronParser) addToSet(val, end, incr, typ int) {
 		}
 	}
 	if (incr == 0 || incr == -1) && val != allSpec {
+		if typ == fYear && val > maxStoredYear {
+			val = maxStoredYear + 1 // never reached: every year past the give-up year is alike
+		}
 		if val != -1 {
 			p.add(typ, val)
 		} else {

@@ -2,6 +2,7 @@ package trigger
 
 import (
 	"bufio"
+	"fmt"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,30 +13,37 @@ import (
 
 // vectorsDir finds the Quartz reference vectors: $AGATE_VECTORS, or the first shared/vectors
 // directory found walking up from the package directory (CI checks shared/ out beside the repo).
-func vectorsDir(t *testing.T) string {
+func vectorsDir(t testing.TB) string {
 	t.Helper()
+	d, err := findVectorsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func findVectorsDir() (string, error) {
 	if d := os.Getenv("AGATE_VECTORS"); d != "" {
 		if _, err := os.Stat(filepath.Join(d, "cron-valid.jsonl")); err != nil {
-			t.Fatalf("AGATE_VECTORS=%s: %v", d, err)
+			return "", fmt.Errorf("AGATE_VECTORS=%s does not hold the Quartz vectors: %w", d, err)
 		}
-		return d
+		return d, nil
 	}
 	wd, err := os.Getwd()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		cand := filepath.Join(dir, "shared", "vectors")
 		if _, err := os.Stat(filepath.Join(cand, "cron-valid.jsonl")); err == nil {
-			return cand
+			return cand, nil
 		}
 		if filepath.Dir(dir) == dir {
 			break
 		}
 	}
-	t.Fatalf("Quartz reference vectors not found: no shared/vectors/cron-valid.jsonl above %s; "+
+	return "", fmt.Errorf("Quartz reference vectors not found: no shared/vectors/cron-valid.jsonl in %s or any parent; "+
 		"check out the shared/ directory beside the repository or set AGATE_VECTORS to the vectors directory", wd)
-	return ""
 }
 
 // readVectors decodes every line of a JSONL vector file into a fresh T.
