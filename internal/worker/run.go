@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
@@ -96,8 +98,8 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 // run executes the handler and settles the message: publish the outcome, then ack or nak.
 func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fired events.JobFired, attempt int) {
 	key := fired.Job.Key().String()
-	ctx := telemetry.FromHeader(jobCtx, msg.Headers())
-	ctx, span := w.tracer.Start(ctx, "agate.job.run",
+	parent := traceContext(jobCtx, msg.Headers())
+	ctx, span := w.tracer.Start(parent, "agate.job.run",
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("agate.namespace", w.cfg.Namespace),
@@ -111,6 +113,11 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 			attribute.String("messaging.destination.name", msg.Subject()),
 		))
 	defer span.End()
+	if !span.SpanContext().IsValid() {
+		// No tracer provider is installed: keep the fire's own trace context, so the handler and
+		// the completion event still carry it.
+		ctx = parent
+	}
 
 	log := w.log.With("job", key, "type", typ, "fire_id", fired.FireID, "attempt", attempt)
 	timeout := w.cfg.DefaultTimeout
@@ -184,6 +191,17 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	if err := msg.Ack(); err != nil {
 		log.WarnContext(ctx, "ack failed after the outcome was published; the fire may run again", "error", err)
 	}
+}
+
+// traceContext returns ctx carrying the W3C trace context of a message's headers.
+// events.Message writes lower-case "traceparent"/"tracestate" keys and NATS headers are
+// case-sensitive, while telemetry.FromHeader reads through an http.Header carrier, which looks up
+// the canonical "Traceparent": so read the lower-case keys here and fall back to FromHeader.
+func traceContext(ctx context.Context, h nats.Header) context.Context {
+	if tp := h.Get("traceparent"); tp != "" {
+		return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tp, "tracestate": h.Get("tracestate")})
+	}
+	return telemetry.FromHeader(ctx, h)
 }
 
 // callHandler runs h, turning a panic into an error.

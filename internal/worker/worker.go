@@ -154,6 +154,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopJobs()
 	var inflight sync.WaitGroup
 	g, pullCtx := errgroup.WithContext(ctx)
+	// A closed connection never comes back: stop at once rather than when a pending pull expires.
+	closed := w.js.Conn().StatusChanged(nats.CLOSED)
+	defer w.js.Conn().RemoveStatusListener(closed)
+	g.Go(func() error {
+		select {
+		case <-closed:
+			return errors.New("worker: NATS connection closed; running jobs can no longer be acked")
+		case <-pullCtx.Done():
+			return nil
+		}
+	})
 	for _, typ := range types {
 		g.Go(func() error { return w.pull(pullCtx, jobCtx, typ, consumers[typ], &inflight) })
 	}

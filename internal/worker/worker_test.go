@@ -1,0 +1,587 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/testenv"
+	"github.com/agatesched/agate/internal/worker"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// waitFor bounds every wait on something the worker does asynchronously.
+const waitFor = 20 * time.Second
+
+type env struct {
+	t   *testing.T
+	url string
+	ns  string
+	nc  *nats.Conn // the test's own connection: publishing fires, watching outcomes
+	js  jetstream.JetStream
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, url: testenv.NATS(t), ns: testenv.Namespace(t)}
+	e.nc, e.js = connect(t, e.url)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := events.EnsureStreams(ctx, e.js, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect to NATS: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// testConfig is a worker configuration with short timings, so redeliveries happen within a test.
+func (e *env) testConfig(instance string) worker.Config {
+	return worker.Config{
+		Namespace:    e.ns,
+		InstanceID:   instance,
+		Concurrency:  4,
+		AckWait:      time.Second,
+		MaxDeliver:   3,
+		RetryDelay:   50 * time.Millisecond,
+		DrainTimeout: 5 * time.Second,
+		Logger:       testLogger(e.t),
+	}
+}
+
+// running is a worker started by startWorker.
+type running struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned
+	err    error         // what Run returned, once done is closed
+}
+
+// wait waits for Run to return and returns its result.
+func (r *running) wait(tb testing.TB) error {
+	tb.Helper()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(waitFor):
+		tb.Fatal("worker's Run did not return")
+		return nil
+	}
+}
+
+// startWorker runs a worker on js until the test ends.
+func (e *env) startWorker(js jetstream.JetStream, cfg worker.Config, reg *worker.Registry) *running {
+	e.t.Helper()
+	w, err := worker.New(cfg, js, reg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan struct{})}
+	go func() { r.err = w.Run(ctx); close(r.done) }()
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(waitFor):
+		}
+	})
+	e.waitConsumers(reg)
+	return r
+}
+
+// waitConsumers waits until the worker's durable consumers exist, so that a fire published next
+// is delivered to it (DeliverAll would deliver it anyway; this keeps failures readable).
+func (e *env) waitConsumers(reg *worker.Registry) {
+	e.t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for _, typ := range reg.Types() {
+		for {
+			_, err := e.js.Consumer(context.Background(), events.StreamFired(e.ns), worker.ConsumerName(typ))
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				e.t.Fatalf("consumer %s never appeared: %v", worker.ConsumerName(typ), err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// fire publishes a JobFired for a job of type typ, with a traceparent, and returns it.
+func (e *env) fire(typ string, data string, timeout string) events.JobFired {
+	e.t.Helper()
+	f := events.JobFired{
+		FireID:        uuid.Must(uuid.NewV7()),
+		Job:           events.JobRef{Group: "g", Name: "job-" + typ, Type: typ},
+		Trigger:       events.Key{Group: "g", Name: "t"},
+		Data:          json.RawMessage(data),
+		ScheduledTime: time.Now().UTC().Truncate(time.Millisecond),
+		FiredTime:     time.Now().UTC().Truncate(time.Millisecond),
+		Timeout:       timeout,
+	}
+	ev, err := events.New(events.TypeJobFired, events.Source(e.ns, "test"), events.AggregateJob,
+		f.Job.Key().String(), events.Subjects(e.ns).Fired(typ), time.Now(), f)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ev.TraceParent = testTraceParent
+	msg, err := events.Message(ev)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
+		e.t.Fatalf("publish JobFired: %v", err)
+	}
+	return f
+}
+
+const testTraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// outcome is a JobCompleted or JobFailed seen on done.<type>.
+type outcome struct {
+	typ         string
+	traceParent string
+	res         events.JobResult
+}
+
+// watchDone collects the outcomes published on every done subject of the namespace. Subscribe
+// before firing.
+func (e *env) watchDone() <-chan outcome {
+	e.t.Helper()
+	raw := make(chan *nats.Msg, 256)
+	sub, err := e.nc.ChanSubscribe(events.Subjects(e.ns).All("done"), raw)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	out := make(chan outcome, 256)
+	go func() {
+		for m := range raw {
+			var res events.JobResult
+			envl, err := events.Decode(m.Data, &res)
+			if err != nil {
+				e.t.Errorf("undecodable outcome on %s: %v", m.Subject, err)
+				continue
+			}
+			out <- outcome{typ: envl.Type, traceParent: m.Header.Get("traceparent"), res: res}
+		}
+	}()
+	return out
+}
+
+func next(tb testing.TB, ch <-chan outcome) outcome {
+	tb.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(waitFor):
+		tb.Fatal("no JobCompleted/JobFailed arrived")
+		return outcome{}
+	}
+}
+
+// waitSettled waits until the consumer of typ has no message pending or unacknowledged: every
+// fire was acked or terminated, so none can be delivered again.
+func (e *env) waitSettled(typ string) *jetstream.ConsumerInfo {
+	e.t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		c, err := e.js.Consumer(context.Background(), events.StreamFired(e.ns), worker.ConsumerName(typ))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		info, err := c.Info(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 && info.Delivered.Stream > 0 {
+			return info
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("consumer %s did not settle: pending %d, ack pending %d, redelivered %d",
+				worker.ConsumerName(typ), info.NumPending, info.NumAckPending, info.NumRedelivered)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// doneCount is how many outcomes the DONE stream holds for the namespace.
+func (e *env) doneCount() uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(context.Background(), events.StreamDone(e.ns))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func TestJobCompletes(t *testing.T) {
+	e := newEnv(t)
+	got := make(chan worker.Job, 1)
+	reg := worker.NewRegistry()
+	reg.Register("echo", func(ctx context.Context, job worker.Job) error {
+		got <- job
+		return nil
+	})
+	e.startWorker(e.js, e.testConfig("w1"), reg)
+	outcomes := e.watchDone()
+
+	f := e.fire("echo", `{"k":"v"}`, "")
+	job := <-got
+	if job.FireID != f.FireID || job.Attempt != 1 || string(job.Data) != `{"k":"v"}` || job.Job != f.Job {
+		t.Errorf("handler got fire %s attempt %d data %s job %+v; want %s, 1, {\"k\":\"v\"}, %+v",
+			job.FireID, job.Attempt, job.Data, job.Job, f.FireID, f.Job)
+	}
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobCompleted {
+		t.Fatalf("outcome type %s, want %s (error %+v)", o.typ, events.TypeJobCompleted, o.res.Error)
+	}
+	r := o.res
+	if r.FireID != f.FireID || r.Attempt != 1 || r.Worker != "w1" || r.Job != f.Job || r.Trigger != f.Trigger ||
+		!r.ScheduledTime.Equal(f.ScheduledTime) || r.Error != nil {
+		t.Errorf("JobCompleted = %+v; want fire %s attempt 1 worker w1", r, f.FireID)
+	}
+	if r.StartedTime.IsZero() || r.FinishedTime.Before(r.StartedTime) {
+		t.Errorf("started %v finished %v", r.StartedTime, r.FinishedTime)
+	}
+	// The completion continues the fire's trace.
+	if tid := strings.Split(testTraceParent, "-")[1]; !strings.Contains(o.traceParent, tid) {
+		t.Errorf("completion traceparent %q is not in trace %s", o.traceParent, tid)
+	}
+	e.waitSettled("echo")
+}
+
+func TestRetryableFailureRetriedThenFinal(t *testing.T) {
+	e := newEnv(t)
+	var calls atomic.Int32
+	reg := worker.NewRegistry()
+	reg.Register("flaky", func(ctx context.Context, job worker.Job) error {
+		calls.Add(1)
+		return errors.New("downstream unavailable")
+	})
+	cfg := e.testConfig("w1")
+	e.startWorker(e.js, cfg, reg)
+	outcomes := e.watchDone()
+
+	f := e.fire("flaky", `{}`, "")
+	for attempt := 1; attempt <= cfg.MaxDeliver; attempt++ {
+		o := next(t, outcomes)
+		r := o.res
+		final := attempt == cfg.MaxDeliver
+		if o.typ != events.TypeJobFailed || r.FireID != f.FireID || r.Attempt != attempt || r.Error == nil ||
+			!r.Error.Retryable || r.Error.Final != final || !strings.Contains(r.Error.Message, "downstream unavailable") {
+			t.Fatalf("outcome %d = %s %+v error %+v; want JobFailed attempt %d retryable final=%v",
+				attempt, o.typ, r, r.Error, attempt, final)
+		}
+	}
+	e.waitSettled("flaky")
+	if n := calls.Load(); n != int32(cfg.MaxDeliver) {
+		t.Errorf("handler ran %d times, want %d", n, cfg.MaxDeliver)
+	}
+}
+
+func TestPermanentFailureIsFinalAtOnce(t *testing.T) {
+	e := newEnv(t)
+	var calls atomic.Int32
+	reg := worker.NewRegistry()
+	reg.Register("bad", func(ctx context.Context, job worker.Job) error {
+		calls.Add(1)
+		return worker.Permanent(errors.New("job data names no report"))
+	})
+	e.startWorker(e.js, e.testConfig("w1"), reg)
+	outcomes := e.watchDone()
+
+	f := e.fire("bad", `{}`, "")
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobFailed || o.res.FireID != f.FireID || o.res.Attempt != 1 || o.res.Error == nil ||
+		o.res.Error.Retryable || !o.res.Error.Final {
+		t.Fatalf("outcome = %s %+v error %+v; want JobFailed attempt 1, not retryable, final", o.typ, o.res, o.res.Error)
+	}
+	e.waitSettled("bad") // acked: it cannot run again
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestPanicIsAFailure(t *testing.T) {
+	e := newEnv(t)
+	reg := worker.NewRegistry()
+	reg.Register("boom", func(ctx context.Context, job worker.Job) error { panic("nil map") })
+	cfg := e.testConfig("w1")
+	cfg.MaxDeliver = 1
+	e.startWorker(e.js, cfg, reg)
+	outcomes := e.watchDone()
+
+	e.fire("boom", `{}`, "")
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobFailed || o.res.Error == nil || !o.res.Error.Final ||
+		!strings.Contains(o.res.Error.Message, "panicked: nil map") {
+		t.Fatalf("outcome = %s error %+v; want final JobFailed naming the panic", o.typ, o.res.Error)
+	}
+	e.waitSettled("boom")
+}
+
+func TestJobTimeoutFromFiredEvent(t *testing.T) {
+	e := newEnv(t)
+	reg := worker.NewRegistry()
+	reg.Register("slow", func(ctx context.Context, job worker.Job) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	cfg := e.testConfig("w1")
+	cfg.MaxDeliver = 1
+	e.startWorker(e.js, cfg, reg)
+	outcomes := e.watchDone()
+
+	e.fire("slow", `{}`, "200ms")
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobFailed || o.res.Error == nil || !strings.Contains(o.res.Error.Message, "timed out after 200ms") {
+		t.Fatalf("outcome = %s error %+v; want JobFailed saying it timed out after 200ms", o.typ, o.res.Error)
+	}
+}
+
+func TestLongJobHeartbeatsAndIsNotRedelivered(t *testing.T) {
+	e := newEnv(t)
+	var calls atomic.Int32
+	reg := worker.NewRegistry()
+	reg.Register("long", func(ctx context.Context, job worker.Job) error {
+		calls.Add(1)
+		// The job itself: three and a half AckWaits of work.
+		select {
+		case <-time.After(3500 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	e.startWorker(e.js, e.testConfig("w1"), reg)
+	outcomes := e.watchDone()
+
+	f := e.fire("long", `{}`, "")
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobCompleted || o.res.FireID != f.FireID || o.res.Attempt != 1 {
+		t.Fatalf("outcome = %s %+v; want JobCompleted attempt 1", o.typ, o.res)
+	}
+	e.waitSettled("long") // NumRedelivered == 0
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1 (the fire was redelivered while running)", n)
+	}
+}
+
+func TestDeadWorkersJobIsRedeliveredToAnother(t *testing.T) {
+	e := newEnv(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	regA := worker.NewRegistry()
+	regA.Register("work", func(ctx context.Context, job worker.Job) error {
+		close(started)
+		<-release // stuck until the test lets go, well after its connection died
+		return nil
+	})
+	ncA, jsA := connect(t, e.url)
+	a := e.startWorker(jsA, e.testConfig("worker-a"), regA)
+	outcomes := e.watchDone()
+
+	f := e.fire("work", `{}`, "")
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatal("worker A never started the job")
+	}
+	ncA.Close() // worker A's process "dies": no more heartbeats, no ack
+
+	var ranB atomic.Int32
+	regB := worker.NewRegistry()
+	regB.Register("work", func(ctx context.Context, job worker.Job) error {
+		ranB.Add(1)
+		return nil
+	})
+	_, jsB := connect(t, e.url)
+	e.startWorker(jsB, e.testConfig("worker-b"), regB)
+
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobCompleted || o.res.FireID != f.FireID || o.res.Worker != "worker-b" || o.res.Attempt != 2 {
+		t.Fatalf("outcome = %s %+v; want JobCompleted by worker-b at attempt 2", o.typ, o.res)
+	}
+	close(release) // A's handler returns now; A cannot publish or ack any more
+	if err := a.wait(t); err == nil || !strings.Contains(err.Error(), "connection closed") {
+		t.Errorf("worker A's Run returned %v; want an error saying its connection closed", err)
+	}
+	e.waitSettled("work")
+	if n := e.doneCount(); n != 1 {
+		t.Errorf("DONE stream holds %d outcomes for the fire, want exactly 1", n)
+	}
+	if n := ranB.Load(); n != 1 {
+		t.Errorf("worker B ran the job %d times, want 1", n)
+	}
+}
+
+func TestMalformedMessageIsTerminated(t *testing.T) {
+	e := newEnv(t)
+	reg := worker.NewRegistry()
+	reg.Register("ok", func(ctx context.Context, job worker.Job) error { return nil })
+	e.startWorker(e.js, e.testConfig("w1"), reg)
+	outcomes := e.watchDone()
+
+	subject := events.Subjects(e.ns).Fired("ok")
+	for _, body := range []string{
+		"not json",
+		`{"specversion":"1.0","id":"not-a-uuid","type":"agate.job.fired","data":{}}`,
+		`{"specversion":"1.0","id":"` + uuid.NewString() + `","type":"agate.job.fired","data":{"job":{"group":"g","name":"n","type":"ok"}}}`,
+		`{"specversion":"1.0","id":"` + uuid.NewString() + `","type":"agate.job.fired","data":{"fireId":"` +
+			uuid.NewString() + `","job":{"group":"g","name":"n","type":"other"}}}`,
+	} {
+		if _, err := e.js.Publish(context.Background(), subject, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := e.fire("ok", `{}`, "")
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobCompleted || o.res.FireID != f.FireID {
+		t.Fatalf("outcome = %s %+v; want the valid fire completed", o.typ, o.res)
+	}
+	info := e.waitSettled("ok") // the garbage was terminated, not redelivered
+	if info.Delivered.Stream != 5 {
+		t.Errorf("consumer delivered up to stream seq %d, want 5", info.Delivered.Stream)
+	}
+	if n := e.doneCount(); n != 1 {
+		t.Errorf("DONE stream holds %d outcomes, want 1", n)
+	}
+}
+
+func TestShutdownDrainsRunningJobs(t *testing.T) {
+	e := newEnv(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	reg := worker.NewRegistry()
+	reg.Register("drain", func(ctx context.Context, job worker.Job) error {
+		close(started)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	r := e.startWorker(e.js, e.testConfig("w1"), reg)
+	outcomes := e.watchDone()
+
+	f := e.fire("drain", `{}`, "")
+	<-started
+	r.cancel() // stop fetching; the running job may finish
+	close(release)
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run returned %v, want nil", err)
+	}
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobCompleted || o.res.FireID != f.FireID {
+		t.Fatalf("outcome = %s %+v; want the drained job completed", o.typ, o.res)
+	}
+	e.waitSettled("drain")
+}
+
+func TestHTTPJobThroughWorker(t *testing.T) {
+	e := newEnv(t)
+	srv := newHTTPServer(t)
+	reg := worker.NewRegistry()
+	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
+	cfg := e.testConfig("w1")
+	cfg.MaxDeliver = 1
+	e.startWorker(e.js, cfg, reg)
+	outcomes := e.watchDone()
+
+	ok := e.fire(worker.TypeHTTP, `{"url":"`+srv.URL+`/ok"}`, "")
+	failed := e.fire(worker.TypeHTTP, `{"url":"`+srv.URL+`/fail"}`, "")
+	seen := map[uuid.UUID]outcome{}
+	for range 2 {
+		o := next(t, outcomes)
+		seen[o.res.FireID] = o
+	}
+	if o := seen[ok.FireID]; o.typ != events.TypeJobCompleted {
+		t.Errorf("GET /ok: outcome %s error %+v, want completed", o.typ, o.res.Error)
+	}
+	if o := seen[failed.FireID]; o.typ != events.TypeJobFailed || o.res.Error == nil ||
+		!strings.Contains(o.res.Error.Message, "500") || !o.res.Error.Final {
+		t.Errorf("GET /fail: outcome %s error %+v, want final JobFailed naming status 500", o.typ, o.res.Error)
+	}
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	reg := worker.NewRegistry()
+	reg.Register("x", func(context.Context, worker.Job) error { return nil })
+	nc, js := connect(t, testenv.NATS(t))
+	_ = nc
+	for name, tc := range map[string]struct {
+		cfg worker.Config
+		reg *worker.Registry
+	}{
+		"bad namespace":  {worker.Config{Namespace: "a.b", InstanceID: "i"}, reg},
+		"no instance":    {worker.Config{Namespace: "ns"}, reg},
+		"no types":       {worker.Config{Namespace: "ns", InstanceID: "i"}, worker.NewRegistry()},
+		"short ack wait": {worker.Config{Namespace: "ns", InstanceID: "i", AckWait: time.Millisecond}, reg},
+		"negative":       {worker.Config{Namespace: "ns", InstanceID: "i", Concurrency: -1}, reg},
+	} {
+		if _, err := worker.New(tc.cfg, js, tc.reg); err == nil {
+			t.Errorf("%s: New succeeded, want an error", name)
+		}
+	}
+	if _, err := worker.New(worker.Config{Namespace: "ns", InstanceID: "i"}, js, reg); err != nil {
+		t.Errorf("New with defaults: %v", err)
+	}
+}
+
+// testLogger sends the worker's logs to t.Log while the test runs.
+func testLogger(tb testing.TB) *slog.Logger {
+	w := &tWriter{tb: tb}
+	tb.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct {
+	mu   sync.Mutex
+	tb   testing.TB
+	done bool
+}
+
+func (w *tWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.tb.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
