@@ -1,0 +1,233 @@
+// Command worker runs Agate jobs: it pulls JobFired events from NATS JetStream, runs the handler
+// registered for their job type (the built-in noop, sleep, log and http) and publishes
+// JobCompleted or JobFailed. Start as many as the load needs; they share one durable consumer per
+// job type. Settings come from flags or the environment; a flag wins over its variable.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/telemetry"
+	"github.com/agatesched/agate/internal/worker"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+// options are the command's settings, filled from flags and then from the environment.
+type options struct {
+	natsURL, natsCreds, natsCA string
+	namespace, instanceID      string
+	concurrency, maxDeliver    int
+	ackWait, jobTimeout        time.Duration
+	drainTimeout               time.Duration
+	logLevel                   string
+}
+
+// envOf maps each flag to the environment variable that sets it when the flag is not given.
+var envOf = map[string]string{
+	"nats-url":      "NATS_URL",
+	"nats-creds":    "NATS_CREDS",
+	"nats-ca":       "NATS_CA",
+	"namespace":     "AGATE_NAMESPACE",
+	"instance-id":   "AGATE_INSTANCE_ID",
+	"concurrency":   "AGATE_CONCURRENCY",
+	"ack-wait":      "AGATE_ACK_WAIT",
+	"max-deliver":   "AGATE_MAX_DELIVER",
+	"job-timeout":   "AGATE_JOB_TIMEOUT",
+	"drain-timeout": "AGATE_DRAIN_TIMEOUT",
+	"log-level":     "AGATE_LOG_LEVEL",
+}
+
+func newCommand() *cobra.Command {
+	var o options
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run Agate jobs published on NATS JetStream",
+		Long: `worker pulls the JobFired events of one Agate namespace from NATS JetStream
+(agate.<ns>.fired.<jobType>), runs each job with the handler of its type and publishes
+JobCompleted or JobFailed on agate.<ns>.done.<jobType>. Job types: noop, sleep, log, http.
+
+Run as many workers as needed: they share one durable consumer per job type. A job is acked only
+after its outcome is published, so a worker that dies mid-job loses nothing: the job is
+redelivered to another worker after --ack-wait.
+
+Every flag can also be set by the environment variable named in its help; the flag wins.
+OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no export).
+SIGINT or SIGTERM stops fetching and lets running jobs finish (up to --drain-timeout).`,
+		SilenceUsage: true, // an error message, not the help, when the worker fails
+		Args:         cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd.Flags())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.natsURL, "nats-url", nats.DefaultURL, "NATS server URL(s), comma-separated")
+	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (JWT and NKey seed)")
+	f.StringVar(&o.natsCA, "nats-ca", "", "PEM file of the CA that signed the NATS server's TLS certificate")
+	f.StringVar(&o.namespace, "namespace", "default", "scheduler namespace whose jobs to run ([A-Za-z0-9_-]{1,64})")
+	f.StringVar(&o.instanceID, "instance-id", "", "name of this worker in completion events (default: host name + random suffix)")
+	f.IntVar(&o.concurrency, "concurrency", 10, "jobs run at once, across all job types")
+	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "how long before a silent worker's job is redelivered (running jobs heartbeat every ack-wait/3)")
+	f.IntVar(&o.maxDeliver, "max-deliver", 5, "attempts per fire; the last failure is final")
+	f.DurationVar(&o.jobTimeout, "job-timeout", 5*time.Minute, "timeout of a job whose definition sets none")
+	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on shutdown, how long running jobs may take to finish before they are left for redelivery")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.VisitAll(func(fl *pflag.Flag) {
+		if env, ok := envOf[fl.Name]; ok {
+			fl.Usage += " (env " + env + ")"
+		}
+	})
+	return cmd
+}
+
+// applyEnv sets every flag that was not given on the command line from its environment variable.
+func applyEnv(fs *pflag.FlagSet) error {
+	var errs []error
+	fs.VisitAll(func(fl *pflag.Flag) {
+		env, ok := envOf[fl.Name]
+		if !ok || fl.Changed {
+			return
+		}
+		if v, ok := os.LookupEnv(env); ok && v != "" {
+			if err := fs.Set(fl.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s=%q is not a valid --%s: %w", env, v, fl.Name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func run(ctx context.Context, o options) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: use debug, info, warn or error", o.logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+	return runWorker(ctx, o, log)
+}
+
+func runWorker(ctx context.Context, o options, log *slog.Logger) error {
+	if err := events.ValidateNamespace(o.namespace); err != nil {
+		return fmt.Errorf("--namespace: %w", err)
+	}
+	if o.instanceID == "" {
+		o.instanceID = defaultInstanceID()
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		log.Info("shutting down; send the signal again to exit at once")
+		stop() // a second signal gets the default behaviour: exit now
+	}()
+
+	shutdownTelemetry, err := telemetry.Setup(ctx, "agate-worker")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTelemetry(sctx); err != nil {
+			log.Warn("flushing traces failed", "error", err)
+		}
+	}()
+
+	natsOpts := []nats.Option{
+		nats.Name("agate-worker " + o.instanceID),
+		nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("disconnected from NATS; reconnecting", "error", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("reconnected to NATS", "server", redact(nc.ConnectedUrl()))
+		}),
+	}
+	if o.natsCreds != "" {
+		natsOpts = append(natsOpts, nats.UserCredentials(o.natsCreds))
+	}
+	if o.natsCA != "" {
+		natsOpts = append(natsOpts, nats.RootCAs(o.natsCA))
+	}
+	nc, err := nats.Connect(o.natsURL, natsOpts...)
+	if err != nil {
+		return fmt.Errorf("connecting to NATS at %s (set --nats-url or NATS_URL): %w", redact(o.natsURL), err)
+	}
+	defer func() {
+		if err := nc.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			log.Warn("flushing the last acks to NATS failed", "error", err)
+		}
+		nc.Close()
+	}()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+
+	reg := worker.NewRegistry()
+	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
+	w, err := worker.New(worker.Config{
+		Namespace:      o.namespace,
+		InstanceID:     o.instanceID,
+		Concurrency:    o.concurrency,
+		AckWait:        o.ackWait,
+		MaxDeliver:     o.maxDeliver,
+		DefaultTimeout: o.jobTimeout,
+		DrainTimeout:   o.drainTimeout,
+		Logger:         log,
+	}, js, reg)
+	if err != nil {
+		return err
+	}
+	log.Info("connected to NATS", "server", redact(nc.ConnectedUrl()), "instance", o.instanceID)
+	return w.Run(ctx)
+}
+
+// defaultInstanceID is the host name and a random suffix, so two workers on one host differ.
+func defaultInstanceID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
+	return host + "-" + hex.EncodeToString(b)
+}
+
+// redact removes passwords and tokens from NATS URLs before they are logged.
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			u.User = url.User("redacted")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
