@@ -146,6 +146,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		consumers[typ] = c
 	}
+	stream, err := w.js.Stream(ctx, events.StreamFired(w.cfg.Namespace))
+	if err != nil {
+		return fmt.Errorf("worker: opening stream %s: %w", events.StreamFired(w.cfg.Namespace), err)
+	}
+	dlSub, dlMsgs, err := w.subscribeDeadLetters()
+	if err != nil {
+		return err
+	}
 	w.log.InfoContext(ctx, "worker started", "namespace", w.cfg.Namespace, "types", types,
 		"concurrency", w.cfg.Concurrency)
 
@@ -165,10 +173,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			return nil
 		}
 	})
+	g.Go(func() error { return w.deadLetters(pullCtx, stream, dlSub, dlMsgs) })
 	for _, typ := range types {
 		g.Go(func() error { return w.pull(pullCtx, jobCtx, typ, consumers[typ], &inflight) })
 	}
-	err := g.Wait()
+	err = g.Wait()
 
 	drained := make(chan struct{})
 	go func() { inflight.Wait(); close(drained) }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -584,4 +585,54 @@ func (w *tWriter) Write(p []byte) (int, error) {
 		w.tb.Log(strings.TrimSuffix(string(p), "\n"))
 	}
 	return len(p), nil
+}
+
+func TestLastDeliveryLostBecomesFinalFailure(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.testConfig("survivor")
+	cfg.MaxDeliver = 2
+
+	// A worker of another type: it runs none of the fires below, but answers the dead letters of
+	// every type of the namespace.
+	other := worker.NewRegistry()
+	other.Register("other", func(context.Context, worker.Job) error { return nil })
+	e.startWorker(e.js, cfg, other)
+	outcomes := e.watchDone()
+
+	// Each delivery of the fire goes to a worker that dies while running it.
+	f := e.fire("doomed", `{}`, "")
+	for attempt := 1; attempt <= cfg.MaxDeliver; attempt++ {
+		started := make(chan int, 1)
+		reg := worker.NewRegistry()
+		reg.Register("doomed", func(ctx context.Context, job worker.Job) error {
+			started <- job.Attempt
+			<-ctx.Done() // until its worker is gone
+			return ctx.Err()
+		})
+		nc, js := connect(t, e.url)
+		dying := cfg
+		dying.InstanceID = fmt.Sprintf("dying-%d", attempt)
+		dying.DrainTimeout = 10 * time.Millisecond
+		r := e.startWorker(js, dying, reg)
+		select {
+		case got := <-started:
+			if got != attempt {
+				t.Fatalf("delivery %d ran as attempt %d", attempt, got)
+			}
+		case <-time.After(waitFor):
+			t.Fatalf("attempt %d never started", attempt)
+		}
+		nc.Close()
+		_ = r.wait(t)
+	}
+
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobFailed || o.res.FireID != f.FireID || o.res.Attempt != cfg.MaxDeliver ||
+		o.res.Worker != "survivor" || o.res.Error == nil || !o.res.Error.Final {
+		t.Fatalf("outcome = %s %+v error %+v; want a final JobFailed for attempt %d from the surviving worker",
+			o.typ, o.res, o.res.Error, cfg.MaxDeliver)
+	}
+	if !strings.Contains(o.traceParent, strings.Split(testTraceParent, "-")[1]) {
+		t.Errorf("dead-letter outcome traceparent %q is not in the fire's trace", o.traceParent)
+	}
 }
