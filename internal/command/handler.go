@@ -193,7 +193,8 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 
 var errDuplicate = errors.New("the same command id is being applied by another node")
 
-// record remembers a final outcome under the command id and appends its event, in tx.
+// record remembers a final outcome under the command id and appends the command's events,
+// its outcome's last, in tx.
 func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []byte) error {
 	if out.CommandID != "" {
 		enc, err := json.Marshal(out)
@@ -221,7 +222,10 @@ func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []b
 	if aggID == "" {
 		aggID = "(no id)"
 	}
-	return a.event(typ, events.AggregateCommand, aggID, "command", data)
+	if err := a.event(typ, events.AggregateCommand, aggID, "command", data); err != nil {
+		return err
+	}
+	return events.Append(ctx, a.tx, h.cfg.Namespace, a.evs)
 }
 
 // rejectUnread records a rejection (final outcome + CommandRejected event) in its own transaction.

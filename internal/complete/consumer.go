@@ -51,17 +51,23 @@ type Consumer struct {
 	cfg  Config
 	pool *pgxpool.Pool
 	js   jetstream.JetStream
+	pub  Publisher
+}
+
+// Publisher publishes committed events (events.Relay).
+type Publisher interface {
+	Publish(ctx context.Context, evs []events.Event) error
 }
 
 // New builds a Consumer.
-func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream) *Consumer {
+func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream, pub Publisher) *Consumer {
 	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, MaxWaitDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.OnReleased == nil {
 		cfg.OnReleased = func() {}
 	}
-	return &Consumer{cfg: cfg, pool: pool, js: js}
+	return &Consumer{cfg: cfg, pool: pool, js: js, pub: pub}
 }
 
 // DurableName is the shared durable consumer of all scheduler nodes on the DONE stream.
@@ -186,6 +192,7 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (int, error) {
 	}
 	ns := c.cfg.Namespace
 	released := 0
+	var toPublish []events.Event
 	err := store.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 		released = 0
 		if err := store.WithLock(ctx, tx, ns, store.LockTriggerAccess); err != nil {
@@ -223,12 +230,30 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (int, error) {
 				return fmt.Errorf("deleting fired rows: %w", err)
 			}
 		}
+		var releasedEvs []events.Event
 		if len(ncg) > 0 {
-			tag, err := tx.Exec(ctx, queries.Get("Release"), ns, ncg, ncn)
+			rows, err := tx.Query(ctx, queries.Get("Release"), ns, ncg, ncn)
 			if err != nil {
 				return fmt.Errorf("releasing blocked triggers: %w", err)
 			}
-			released = int(tag.RowsAffected())
+			keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (events.Key, error) {
+				var k events.Key
+				err := row.Scan(&k.Group, &k.Name)
+				return k, err
+			})
+			if err != nil {
+				return fmt.Errorf("releasing blocked triggers: %w", err)
+			}
+			now := time.Now()
+			for _, k := range keys {
+				ev, err := events.New(events.TypeTriggerReleased, events.Source(ns, c.cfg.InstanceID), events.AggregateTrigger,
+					k.String(), events.Subjects(ns).Evt("trigger"), now, map[string]any{"trigger": k, "reason": "job completed"})
+				if err != nil {
+					return err
+				}
+				releasedEvs = append(releasedEvs, ev)
+			}
+			released = len(keys)
 		}
 		if len(tg) > 0 {
 			if _, err := tx.Exec(ctx, queries.Get("DeleteCompleteTriggers"), ns, tg, tn); err != nil {
@@ -247,10 +272,17 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (int, error) {
 			}
 			evs = append(evs, o.Event)
 		}
-		return events.Append(ctx, tx, ns, evs)
+		toPublish = releasedEvs
+		return events.Append(ctx, tx, ns, append(evs, releasedEvs...))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("recording %d completions: %w", len(outs), err)
+	}
+	if c.pub != nil && len(toPublish) > 0 {
+		if err := c.pub.Publish(ctx, toPublish); err != nil {
+			c.cfg.Logger.WarnContext(ctx, "publishing release events failed; the outbox sweep will publish them",
+				slog.Any("error", err))
+		}
 	}
 	return released, nil
 }

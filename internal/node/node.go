@@ -102,7 +102,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		return err
 	}
 	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log,
-		OnReleased: wake}, pool, js)
+		OnReleased: wake}, pool, js, relay)
 	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID,
 		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
 		OnChanged: wake}, pool, relay)
