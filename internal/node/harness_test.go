@@ -247,7 +247,6 @@ func repeating(group, name string, at time.Time, interval time.Duration, repeat 
 		"simple": map[string]any{"interval": interval.String(), "repeatCount": repeat}}
 }
 
-
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
