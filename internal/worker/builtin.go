@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agatesched/agate/internal/trigger"
 )
 
 // BuiltinOptions configures the built-in job types. The zero value is usable.
@@ -63,7 +65,7 @@ func decodeData(job Job, v any) error {
 	return nil
 }
 
-// sleepJob waits for data.duration (a Go duration such as "1.5s"), or until ctx ends.
+// sleepJob waits for data.duration ("1.5s", "PT1.5S"), or until ctx ends.
 func sleepJob(ctx context.Context, job Job) error {
 	var data struct {
 		Duration string `json:"duration"`
@@ -71,9 +73,9 @@ func sleepJob(ctx context.Context, job Job) error {
 	if err := decodeData(job, &data); err != nil {
 		return err
 	}
-	d, err := time.ParseDuration(data.Duration)
+	d, err := trigger.ParseDuration(data.Duration)
 	if err != nil || d < 0 {
-		return Permanent(fmt.Errorf("sleep job data.duration %q is not a non-negative duration such as \"10s\"", data.Duration))
+		return Permanent(fmt.Errorf("sleep job data.duration %q is not a non-negative duration such as \"10s\" or \"PT10S\"", data.Duration))
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -132,9 +134,9 @@ func (h httpJob) run(ctx context.Context, job Job) error {
 		method = http.MethodGet
 	}
 	if data.Timeout != "" {
-		d, err := time.ParseDuration(data.Timeout)
+		d, err := trigger.ParseDuration(data.Timeout)
 		if err != nil || d <= 0 {
-			return Permanent(fmt.Errorf("http job data.timeout %q is not a positive duration such as \"30s\"", data.Timeout))
+			return Permanent(fmt.Errorf("http job data.timeout %q is not a positive duration such as \"30s\" or \"PT30S\"", data.Timeout))
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)

@@ -134,8 +134,10 @@ func TestHTTPJob(t *testing.T) {
 
 func TestSleepJob(t *testing.T) {
 	h := builtin(t, worker.TypeSleep)
-	if err := h(context.Background(), job("sleep", `{"duration":"10ms"}`, nil)); err != nil {
-		t.Errorf("sleep 10ms: %v", err)
+	for _, d := range []string{"10ms", "PT0.01S"} {
+		if err := h(context.Background(), job("sleep", `{"duration":"`+d+`"}`, nil)); err != nil {
+			t.Errorf("sleep %s: %v", d, err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

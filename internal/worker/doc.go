@@ -13,6 +13,9 @@
 // delay; the last allowed delivery, or a Permanent error, publishes JobFailed{final:true}, which is
 // what lets the scheduler release the trigger.
 //
+// If the last allowed delivery is lost (its worker died, or could not publish), JetStream's
+// MAX_DELIVERIES advisory makes another worker publish that final JobFailed instead (deadletter.go).
+//
 // Job types are the names handlers are registered under (Registry). RegisterBuiltins adds noop,
 // sleep, log and http; there is deliberately no shell job type (DESIGN.md §11).
 package worker

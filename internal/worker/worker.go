@@ -19,6 +19,9 @@ import (
 )
 
 // Config configures a Worker. Zero durations and counts take the defaults documented per field.
+// AckWait and MaxDeliver are settings of the durable consumers that all workers of a namespace
+// share: each worker writes them when it starts (CreateOrUpdateConsumer), so give every worker
+// the same values.
 type Config struct {
 	// Namespace is the scheduler namespace whose fired jobs this worker runs.
 	Namespace string
@@ -223,6 +226,8 @@ func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Co
 			}
 		}
 
+		// Cancelling ctx ends the pull at once; a message the server sends after that is not
+		// received and comes back after AckWait.
 		fctx, cancel := context.WithTimeout(ctx, fetchWait)
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
 		got := 0

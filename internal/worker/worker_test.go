@@ -27,14 +27,14 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 const waitFor = 20 * time.Second
 
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	url string
 	ns  string
 	nc  *nats.Conn // the test's own connection: publishing fires, watching outcomes
 	js  jetstream.JetStream
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{t: t, url: testenv.NATS(t), ns: testenv.Namespace(t)}
 	e.nc, e.js = connect(t, e.url)
@@ -46,7 +46,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -368,7 +368,7 @@ func TestJobTimeoutFromFiredEvent(t *testing.T) {
 	e.startWorker(e.js, cfg, reg)
 	outcomes := e.watchDone()
 
-	e.fire("slow", `{}`, "200ms")
+	e.fire("slow", `{}`, "PT0.2S") // CONTRACT.md: ISO 8601 durations are accepted too
 	o := next(t, outcomes)
 	if o.typ != events.TypeJobFailed || o.res.Error == nil || !strings.Contains(o.res.Error.Message, "timed out after 200ms") {
 		t.Fatalf("outcome = %s error %+v; want JobFailed saying it timed out after 200ms", o.typ, o.res.Error)
