@@ -239,8 +239,12 @@ func (w *Worker) publish(ctx context.Context, typ, key string, now time.Time, re
 	deadline := time.Now().Add(publishRetryFor)
 	delay := 100 * time.Millisecond
 	for {
+		// A reconnect ends the wait for the PubAck: an acknowledgement lost with the old connection
+		// never comes, and publishing again is safe (same Nats-Msg-Id: JetStream drops the copy).
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		stopOnReconnect := context.AfterFunc(w.reconnected.context(), cancel)
 		_, err = w.js.PublishMsg(pctx, msg)
+		stopOnReconnect()
 		cancel()
 		if err == nil {
 			return nil

@@ -74,6 +74,35 @@ type Worker struct {
 	log      *slog.Logger
 	tracer   trace.Tracer
 	slots    chan struct{} // a token per running job: the Concurrency bound across all types
+
+	reconnected broadcast // fired each time the NATS connection is re-established
+}
+
+// broadcast wakes every waiter each time it fires.
+type broadcast struct {
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// context returns a context that is cancelled at the next broadcast.
+func (b *broadcast) context() context.Context {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ctx == nil {
+		b.ctx, b.cancel = context.WithCancel(context.Background())
+	}
+	return b.ctx
+}
+
+// fire cancels the contexts handed out so far.
+func (b *broadcast) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.ctx, b.cancel = nil, nil
 }
 
 // New checks cfg, applies its defaults and returns a worker for the types registered in reg.
@@ -166,14 +195,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	var inflight sync.WaitGroup
 	g, pullCtx := errgroup.WithContext(ctx)
 	// A closed connection never comes back: stop at once rather than when a pending pull expires.
-	closed := w.js.Conn().StatusChanged(nats.CLOSED)
-	defer w.js.Conn().RemoveStatusListener(closed)
+	// After a reconnect the server may have forgotten pending pull requests (it restarted):
+	// cut them short so the pull loops ask again at once.
+	status := w.js.Conn().StatusChanged(nats.CLOSED, nats.CONNECTED)
+	defer w.js.Conn().RemoveStatusListener(status)
 	g.Go(func() error {
-		select {
-		case <-closed:
-			return errors.New("worker: NATS connection closed; running jobs can no longer be acked")
-		case <-pullCtx.Done():
-			return nil
+		for {
+			select {
+			case s := <-status:
+				if s == nats.CLOSED {
+					return errors.New("worker: NATS connection closed; running jobs can no longer be acked")
+				}
+				w.log.InfoContext(pullCtx, "reconnected to NATS; renewing pull requests")
+				w.reconnected.fire()
+			case <-pullCtx.Done():
+				return nil
+			}
 		}
 	})
 	g.Go(func() error { return w.deadLetters(pullCtx, stream, dlSub, dlMsgs) })
@@ -229,6 +266,7 @@ func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Co
 		// Cancelling ctx ends the pull at once; a message the server sends after that is not
 		// received and comes back after AckWait.
 		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		stopOnReconnect := context.AfterFunc(w.reconnected.context(), cancel)
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
 		got := 0
 		if err == nil {
@@ -243,13 +281,14 @@ func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Co
 			}
 			err = batch.Error()
 		}
+		stopOnReconnect()
 		cancel()
 		release(n - got)
 
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			errDelay = 100 * time.Millisecond
 			continue
 		}

@@ -48,7 +48,7 @@ func newEnv(t testing.TB) *env {
 
 func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatalf("connect to NATS: %v", err)
 	}
@@ -172,31 +172,30 @@ type outcome struct {
 	res         events.JobResult
 }
 
-// watchDone collects the outcomes published on every done subject of the namespace. Subscribe
-// before firing.
+// watchDone collects the outcomes stored in the namespace's DONE stream, through an ordered
+// consumer: what the scheduler's completion consumer would see (a core subscription would also
+// see the copies JetStream drops by Nats-Msg-Id).
 func (e *env) watchDone() <-chan outcome {
 	e.t.Helper()
-	raw := make(chan *nats.Msg, 256)
-	sub, err := e.nc.ChanSubscribe(events.Subjects(e.ns).All("done"), raw)
+	ctx := context.Background()
+	cons, err := e.js.OrderedConsumer(ctx, events.StreamDone(e.ns), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.nc.Flush(); err != nil {
+	out := make(chan outcome, 1024)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var res events.JobResult
+		envl, err := events.Decode(m.Data(), &res)
+		if err != nil {
+			e.t.Errorf("undecodable outcome on %s: %v", m.Subject(), err)
+			return
+		}
+		out <- outcome{typ: envl.Type, traceParent: m.Headers().Get("traceparent"), res: res}
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	out := make(chan outcome, 256)
-	go func() {
-		for m := range raw {
-			var res events.JobResult
-			envl, err := events.Decode(m.Data, &res)
-			if err != nil {
-				e.t.Errorf("undecodable outcome on %s: %v", m.Subject, err)
-				continue
-			}
-			out <- outcome{typ: envl.Type, traceParent: m.Header.Get("traceparent"), res: res}
-		}
-	}()
+	e.t.Cleanup(cc.Stop)
 	return out
 }
 
@@ -634,5 +633,55 @@ func TestLastDeliveryLostBecomesFinalFailure(t *testing.T) {
 	}
 	if !strings.Contains(o.traceParent, strings.Split(testTraceParent, "-")[1]) {
 		t.Errorf("dead-letter outcome traceparent %q is not in the fire's trace", o.traceParent)
+	}
+}
+
+func TestSurvivesNATSRestart(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	e := &env{t: t, url: srv.URL(), ns: testenv.Namespace(t)}
+	e.nc, e.js = connect(t, e.url)
+	if err := events.EnsureStreams(context.Background(), e.js, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	returned := make(chan struct{}, 1)
+	release := make(chan struct{})
+	reg := worker.NewRegistry()
+	reg.Register("blocking", func(ctx context.Context, job worker.Job) error {
+		defer func() { returned <- struct{}{} }()
+		started <- struct{}{}
+		<-release
+		return nil
+	})
+	reg.Register("quick", func(context.Context, worker.Job) error { return nil })
+	cfg := e.testConfig("w1")
+	cfg.AckWait = 5 * time.Second // the outage below is shorter: no redelivery is expected
+	_, jsW := connect(t, e.url)
+	e.startWorker(jsW, cfg, reg)
+	outcomes := e.watchDone()
+
+	f := e.fire("blocking", `{}`, "")
+	<-started
+	srv.Shutdown() // NATS goes away while the job runs...
+	close(release)
+	<-returned // ...and is still away when the worker publishes the outcome
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobCompleted || o.res.FireID != f.FireID {
+		t.Fatalf("outcome = %s %+v; want the job run across the outage completed", o.typ, o.res)
+	}
+	e.waitSettled("blocking")
+
+	// The worker fetches again after the restart.
+	g := e.fire("quick", `{}`, "")
+	if o := next(t, outcomes); o.typ != events.TypeJobCompleted || o.res.FireID != g.FireID {
+		t.Fatalf("outcome = %s %+v; want a fire published after the restart completed", o.typ, o.res)
+	}
+	// A completion published again after the reconnect was dropped as a duplicate (Nats-Msg-Id).
+	if n := e.doneCount(); n != 2 {
+		t.Errorf("DONE stream holds %d outcomes, want 2", n)
 	}
 }
