@@ -187,10 +187,11 @@ func (h httpJob) run(ctx context.Context, job Job) error {
 func quoteBody(b []byte) string {
 	const max = 200
 	if len(b) > max {
-		b = b[:max]
-		for len(b) > 0 && !utf8.Valid(b) {
-			b = b[:len(b)-1]
+		n := max
+		for n > 0 && !utf8.RuneStart(b[n]) {
+			n--
 		}
+		b = b[:n]
 	}
 	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
 	if s == "" {

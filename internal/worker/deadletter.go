@@ -120,7 +120,7 @@ func (w *Worker) deadLetter(ctx context.Context, stream jetstream.Stream, adv ma
 	if err := w.publish(ctx, typ, fired.Job.Key().String(), now, result); err != nil {
 		return err
 	}
-	w.log.InfoContext(ctx, "job failed", "job", fired.Job.Key().String(), "type", typ, "fire_id", fired.FireID,
+	w.log.WarnContext(ctx, "job failed", "job", fired.Job.Key().String(), "type", typ, "fire_id", fired.FireID,
 		"attempt", adv.Deliveries, "final", true, "error", msg)
 	return nil
 }

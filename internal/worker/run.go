@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -158,7 +159,7 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 		retryable := !IsPermanent(err)
 		final = !retryable || attempt >= w.cfg.MaxDeliver
 		evType = events.TypeJobFailed
-		result.Error = &events.JobError{Message: err.Error(), Retryable: retryable, Final: final}
+		result.Error = &events.JobError{Message: truncate(err.Error(), maxErrorMessage), Retryable: retryable, Final: final}
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -180,10 +181,10 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	case err == nil:
 		log.InfoContext(ctx, "job completed", attrs...)
 	case final:
-		log.InfoContext(ctx, "job failed", append(attrs, "final", true, "retryable", !IsPermanent(err), "error", err)...)
+		log.WarnContext(ctx, "job failed", append(attrs, "final", true, "retryable", !IsPermanent(err), "error", err)...)
 	default:
 		delay := w.backoff(attempt)
-		log.InfoContext(ctx, "job failed; will retry", append(attrs, "final", false, "retry_in", delay, "error", err)...)
+		log.WarnContext(ctx, "job failed; will retry", append(attrs, "final", false, "retry_in", delay, "error", err)...)
 		if err := msg.NakWithDelay(delay); err != nil {
 			log.WarnContext(ctx, "nak failed; JetStream will redeliver after AckWait", "error", err)
 		}
@@ -192,6 +193,21 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	if err := msg.Ack(); err != nil {
 		log.WarnContext(ctx, "ack failed after the outcome was published; the fire may run again", "error", err)
 	}
+}
+
+// maxErrorMessage bounds the error message carried by a JobFailed event, so a handler returning
+// a huge error (a whole response body) cannot inflate events and the log.
+const maxErrorMessage = 4 << 10
+
+// truncate shortens s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // traceContext returns ctx carrying the W3C trace context of a message's headers.

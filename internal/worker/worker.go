@@ -155,8 +155,16 @@ func ConsumerName(jobType string) string { return "worker-" + jobType }
 // Run ensures the streams and consumers exist, then runs jobs until ctx is cancelled. It then
 // stops fetching, waits up to DrainTimeout for running jobs (their completions are still
 // published and acked), cancels the rest and returns nil. It returns an error when the setup
-// fails or the NATS connection is closed under it.
+// fails or the NATS connection is closed under it. Call it once.
 func (w *Worker) Run(ctx context.Context) error {
+	err := w.serve(ctx)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil // cancelled while setting up: a normal stop
+	}
+	return err
+}
+
+func (w *Worker) serve(ctx context.Context) error {
 	if err := events.EnsureStreams(ctx, w.js, w.cfg.Namespace); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

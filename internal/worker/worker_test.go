@@ -685,3 +685,18 @@ func TestSurvivesNATSRestart(t *testing.T) {
 		t.Errorf("DONE stream holds %d outcomes, want 2", n)
 	}
 }
+
+func TestRunWithCancelledContextReturnsNil(t *testing.T) {
+	e := newEnv(t)
+	reg := worker.NewRegistry()
+	reg.Register("x", func(context.Context, worker.Job) error { return nil })
+	w, err := worker.New(e.testConfig("w1"), e.js, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Errorf("Run with a cancelled context = %v, want nil", err)
+	}
+}
