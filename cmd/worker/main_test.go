@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +20,64 @@ import (
 	"github.com/agatesched/agate/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("AGATE_WORKER_RUN_MAIN") == "1" {
+		main() // TestSignalStopsTheWorker runs this test binary as the worker command
+		os.Exit(0)
+	}
+	testenv.Main(m)
+}
+
+// TestSignalStopsTheWorker runs the command as a process and stops it with SIGTERM.
+func TestSignalStopsTheWorker(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--instance-id", "signal-test", "--log-level", "debug")
+	cmd.Env = append(os.Environ(), "AGATE_WORKER_RUN_MAIN=1", "NATS_URL="+testenv.NATS(t),
+		"AGATE_NAMESPACE="+testenv.Namespace(t))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+
+	lines := bufio.NewScanner(stderr)
+	var log strings.Builder
+	for lines.Scan() {
+		log.WriteString(lines.Text() + "\n")
+		if strings.Contains(lines.Text(), "worker started") {
+			break
+		}
+	}
+	if !strings.Contains(log.String(), "instance=signal-test") {
+		t.Fatalf("the worker did not start:\n%s", log.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for lines.Scan() {
+			log.WriteString(lines.Text() + "\n")
+		}
+		done <- cmd.Wait()
+	}()
+	var exitErr error
+	select {
+	case exitErr = <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("worker did not exit after SIGTERM; log:\n%s", log.String())
+	}
+	if exitErr != nil {
+		t.Errorf("worker exited with %v after SIGTERM, want status 0; log:\n%s", exitErr, log.String())
+	}
+	if !strings.Contains(log.String(), "worker stopped") {
+		t.Errorf("no \"worker stopped\" line in the log:\n%s", log.String())
+	}
+}
 
 func TestFlagWinsOverEnv(t *testing.T) {
 	t.Setenv("AGATE_NAMESPACE", "from-env")
