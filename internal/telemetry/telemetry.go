@@ -69,10 +69,32 @@ func FromHeader(ctx context.Context, h nats.Header) context.Context {
 	if h == nil {
 		return ctx
 	}
-	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
+	return propagator.Extract(ctx, headerCarrier(h))
 }
 
 // ToHeader writes ctx's trace context into NATS headers.
 func ToHeader(ctx context.Context, h nats.Header) {
-	propagator.Inject(ctx, propagation.HeaderCarrier(h))
+	propagator.Inject(ctx, headerCarrier(h))
+}
+
+// headerCarrier reads and writes NATS headers with the exact keys W3C names ("traceparent"):
+// NATS headers are case-sensitive, unlike HTTP's, so propagation.HeaderCarrier's canonical
+// "Traceparent" would miss them.
+type headerCarrier nats.Header
+
+func (c headerCarrier) Get(key string) string {
+	if v := c[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c headerCarrier) Set(key, value string) { c[key] = []string{value} }
+
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
 }

@@ -94,7 +94,7 @@ func (w *Worker) deadLetter(ctx context.Context, stream jetstream.Stream, adv ma
 		return fmt.Errorf("JobFired at sequence %d is malformed: %w", adv.StreamSeq, err)
 	}
 
-	parent := traceContext(ctx, raw.Header)
+	parent := telemetry.FromHeader(ctx, raw.Header)
 	ctx, span := w.tracer.Start(parent, "agate.job.dead_letter",
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(

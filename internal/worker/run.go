@@ -10,11 +10,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
@@ -100,7 +98,7 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 // run executes the handler and settles the message: publish the outcome, then ack or nak.
 func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fired events.JobFired, attempt int) {
 	key := fired.Job.Key().String()
-	parent := traceContext(jobCtx, msg.Headers())
+	parent := telemetry.FromHeader(jobCtx, msg.Headers())
 	ctx, span := w.tracer.Start(parent, "agate.job.run",
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
@@ -208,17 +206,6 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
-}
-
-// traceContext returns ctx carrying the W3C trace context of a message's headers.
-// events.Message writes lower-case "traceparent"/"tracestate" keys and NATS headers are
-// case-sensitive, while telemetry.FromHeader reads through an http.Header carrier, which looks up
-// the canonical "Traceparent": so read the lower-case keys here and fall back to FromHeader.
-func traceContext(ctx context.Context, h nats.Header) context.Context {
-	if tp := h.Get("traceparent"); tp != "" {
-		return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tp, "tracestate": h.Get("tracestate")})
-	}
-	return telemetry.FromHeader(ctx, h)
 }
 
 // callHandler runs h, turning a panic into an error.
