@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/telemetry"
 )
 
 // A worker settles every delivery it finishes itself, the last one included, by publishing the
