@@ -1,0 +1,95 @@
+package node_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/node"
+	"github.com/agatesched/agate/internal/testenv"
+)
+
+// A trigger scheduled to fire before the node's next poll fires on time: applying the command
+// wakes the acquire loop.
+func TestNewTriggerFiresBeforeNextPoll(t *testing.T) {
+	e := newEnv(t)
+	e.startNode("n1", func(c *node.Config) { c.PollInterval = time.Minute })
+	e.startWorker("w1", nil, nil)
+	// Let the node settle into its long poll sleep.
+	e.waitFor(10*time.Second, "the node to check in", func() bool {
+		return e.count(`select count(*) from scheduler_state where sched_name = $1`, e.ns) == 1
+	})
+	at := time.Now().Add(300 * time.Millisecond)
+	if out := e.request("schedule_job", map[string]any{"id": "soon", "job": job("g", "soon", "noop", nil, nil),
+		"triggers": []any{oneShot("g", "soon", at)}}); !out.OK {
+		t.Fatalf("schedule_job: %+v", out.Error)
+	}
+	e.waitFor(10*time.Second, "the fire to complete", func() bool {
+		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) == 1
+	})
+	var late time.Duration
+	if err := e.pool.QueryRow(t.Context(), `select (data->>'startedTime')::timestamptz - (data->>'scheduledTime')::timestamptz
+		from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	if late > 5*time.Second {
+		t.Errorf("fired %v late although the poll interval is a minute: the command did not wake the node", late)
+	}
+}
+
+// NATS stops while triggers fire and comes back: fires committed meanwhile are published by the
+// outbox sweep, run, and completed — none lost, none doubled.
+func TestNATSOutageLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	srv := testenv.StartNATS(t)
+	e.natsURL = srv.URL() // nodes and workers of this test use the private server
+	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(t.Context(), js, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	e.nc, e.js = nc, js
+	e.startNode("n1", nil)
+	e.startWorker("w1", nil, nil)
+
+	// 20 triggers firing every 100 ms for 4 s, across the outage.
+	t0 := time.Now().Add(time.Second)
+	for i := range 20 {
+		name := fmt.Sprintf("r%02d", i)
+		if out := e.request("schedule_job", map[string]any{"id": name, "job": job("g", name, "noop", nil, nil),
+			"triggers": []any{repeating("g", name, t0, 100*time.Millisecond, 39)}}); !out.OK {
+			t.Fatalf("schedule_job: %+v", out.Error)
+		}
+	}
+	time.Sleep(time.Until(t0.Add(time.Second))) // the outage starts one second into the fires
+	srv.Shutdown()
+	firedDuringOutage := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired)
+	time.Sleep(1500 * time.Millisecond)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired); n <= firedDuringOutage {
+		t.Errorf("no fires were committed while NATS was down (%d before, %d after)", firedDuringOutage, n)
+	}
+	e.waitFor(60*time.Second, "all 800 fires to complete", func() bool {
+		return e.count(`select count(distinct data->>'fireId') from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) >= 800
+	})
+	if n := e.count(`select count(*) from (select 1 from events where sched_name = $1 and type = $2
+		group by data->'trigger'->>'name', data->>'scheduledTime' having count(*) > 1) d`, e.ns, events.TypeJobFired); n != 0 {
+		t.Errorf("%d (trigger, time) pairs fired more than once", n)
+	}
+	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted); n != 800 {
+		t.Errorf("%d completions recorded, want 800", n)
+	}
+}
