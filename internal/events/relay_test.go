@@ -1,0 +1,130 @@
+package events_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func setup(t *testing.T) (*pgxpool.Pool, jetstream.JetStream, string) {
+	t.Helper()
+	ctx := t.Context()
+	pool, err := store.Open(ctx, testenv.Database(t), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.Namespace(t)
+	if err := store.EnsureLocks(ctx, pool, ns); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(testenv.NATS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, js, ns); err != nil {
+		t.Fatal(err)
+	}
+	return pool, js, ns
+}
+
+func appendOne(t *testing.T, ctx context.Context, tx pgx.Tx, ns, name string) events.Event {
+	t.Helper()
+	ev, err := events.New(events.TypeTriggerScheduled, events.Source(ns, "test"), events.AggregateTrigger, "g."+name,
+		events.Subjects(ns).Evt("trigger"), time.Now().Add(-time.Hour), map[string]string{"name": name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Append(ctx, tx, ns, []events.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func streamCount(t *testing.T, js jetstream.JetStream, ns string) uint64 {
+	t.Helper()
+	s, err := js.Stream(t.Context(), events.StreamEvents(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// The sweep publishes what nobody published, in log order, never skips a row whose transaction
+// committed after a later one (the xid fence), and never publishes a row twice into the stream.
+func TestSweepPublishesLeftoversWithoutSkipping(t *testing.T) {
+	pool, js, ns := setup(t)
+	ctx := t.Context()
+	relay := events.NewRelay(events.RelayConfig{Namespace: ns, SweepDelay: time.Nanosecond}, pool, js)
+
+	// A slow transaction takes its seq first and commits last.
+	slow, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = slow.Rollback(context.Background()) }()
+	appendOne(t, ctx, slow, ns, "slow")
+	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { appendOne(t, ctx, tx, ns, "fast"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	n, err := relay.SweepOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("swept %d events while an older transaction was open; the fence must hold them back", n)
+	}
+	if err := slow.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = relay.SweepOnce(ctx); err != nil || n != 2 {
+		t.Fatalf("swept %d events (err %v), want both", n, err)
+	}
+	if n, err = relay.SweepOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("second sweep published %d events (err %v), want 0", n, err)
+	}
+	if got := streamCount(t, js, ns); got != 2 {
+		t.Fatalf("stream holds %d messages, want 2", got)
+	}
+	// Publishing the same events again (as the committing node and the sweep both may) is
+	// dropped by JetStream's de-duplication on Nats-Msg-Id.
+	rows, err := pool.Query(ctx, `select id from events where sched_name = $1`, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("log has %d events (err %v)", len(ids), err)
+	}
+	ev, _ := events.New(events.TypeTriggerScheduled, "x", events.AggregateTrigger, "g.slow", events.Subjects(ns).Evt("trigger"), time.Now(), nil)
+	ev.ID = ids[0]
+	if err := relay.Publish(ctx, []events.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamCount(t, js, ns); got != 2 {
+		t.Fatalf("stream holds %d messages after a duplicate publish, want 2", got)
+	}
+}
