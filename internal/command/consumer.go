@@ -3,11 +3,15 @@ package command
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,9 +28,9 @@ const apiQueue = "agate-scheduler"
 // Run consumes commands from the COMMANDS stream and answers agate.<ns>.api.* requests until ctx
 // is cancelled.
 //
-// The stream is consumed with nats.go's jetstream package directly: a transient failure must be
-// answered with NakWithDelay and a rejection acked after its event is committed, and the
-// request-reply path is plain core NATS, which watermill does not model.
+// The stream is consumed through a watermill Router (Recoverer turns a panic into a nack, the
+// router logs through slog and closes gracefully) over streamSubscriber; the request-reply path
+// is plain core NATS, which watermill does not model.
 func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
 	subjects := events.Subjects(h.cfg.Namespace)
 	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamCommands(h.cfg.Namespace), jetstream.ConsumerConfig{
@@ -39,21 +43,21 @@ func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	if err != nil {
 		return fmt.Errorf("creating command consumer: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		out := h.Handle(telemetry.FromHeader(ctx, m.Headers()), commandOf(m.Subject()), m.Data())
-		if out.Transient() {
-			_ = m.NakWithDelay(2 * time.Second)
-			return
-		}
-		if err := m.Ack(); err != nil {
-			h.cfg.Logger.WarnContext(ctx, "acking command failed; it will be redelivered and answered as before",
-				slog.Any("error", err))
-		}
-	}, jetstream.PullMaxMessages(64))
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second},
+		watermill.NewSlogLoggerWithLevelMapping(h.cfg.Logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug}))
 	if err != nil {
-		return fmt.Errorf("consuming commands: %w", err)
+		return fmt.Errorf("creating command router: %w", err)
 	}
-	defer cc.Stop()
+	router.AddMiddleware(middleware.Recoverer)
+	router.AddConsumerHandler("commands", subjects.All("cmd"), &streamSubscriber{cons: cons, nakDelay: 2 * time.Second},
+		func(m *message.Message) error {
+			out := h.Handle(telemetry.WithTraceParent(m.Context(), m.Metadata.Get("traceparent")),
+				commandOf(m.Metadata.Get(metaSubject)), m.Payload)
+			if out.Transient() {
+				return errTransient // nacked: redelivered after the delay, answered then
+			}
+			return nil
+		})
 
 	sub, err := nc.QueueSubscribe(subjects.API("*"), apiQueue, func(m *nats.Msg) {
 		out := h.Handle(telemetry.FromHeader(ctx, m.Header), commandOf(m.Subject), m.Data)
@@ -70,10 +74,14 @@ func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	if err != nil {
 		return fmt.Errorf("subscribing to %s: %w", subjects.API("*"), err)
 	}
-	<-ctx.Done()
-	_ = sub.Drain()
+	defer func() { _ = sub.Drain() }()
+	if err := router.Run(ctx); err != nil {
+		return fmt.Errorf("command router: %w", err)
+	}
 	return nil
 }
+
+var errTransient = errors.New("command could not be applied now")
 
 // commandOf is the last token of agate.<ns>.cmd.<command>.
 func commandOf(subject string) string {

@@ -1,0 +1,98 @@
+package command
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// streamSubscriber is a watermill Subscriber over one shared durable JetStream consumer, so the
+// command consumer runs under a watermill Router (middlewares, logging, graceful close) while
+// keeping JetStream's guarantees: a message is acked only after its handler returned nil, and a
+// nacked one is redelivered after nakDelay.
+//
+// watermill-nats's own JetStream subscriber is not used: it derives stream and consumer names
+// from the topic, whereas CONTRACT.md fixes them (AGATE_<ns>_COMMANDS, durable
+// "scheduler-commands") so that every node shares one consumer.
+type streamSubscriber struct {
+	cons     jetstream.Consumer
+	nakDelay time.Duration
+
+	mu     sync.Mutex
+	closed bool
+	stops  []func()
+}
+
+// Subscribe delivers the consumer's messages one at a time; topic is informational.
+func (s *streamSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	out := make(chan *message.Message)
+	ctx, cancel := context.WithCancel(ctx)
+	// The callback runs on one goroutine per consume context, so messages are handled in order.
+	cc, err := s.cons.Consume(func(m jetstream.Msg) {
+		wm := message.NewMessage(uuid.NewString(), m.Data())
+		wm.Metadata.Set(metaSubject, m.Subject())
+		if tp := m.Headers().Get("traceparent"); tp != "" {
+			wm.Metadata.Set("traceparent", tp)
+		}
+		wm.SetContext(ctx)
+		select {
+		case out <- wm:
+		case <-ctx.Done():
+			return // not acked: redelivered to another node after AckWait
+		}
+		select {
+		case <-wm.Acked():
+			_ = m.Ack()
+		case <-wm.Nacked():
+			_ = m.NakWithDelay(s.nakDelay)
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(64))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	stop := func() {
+		cancel()
+		cc.Stop()
+		<-cc.Closed() // no callback runs after this, so out can be closed
+		close(out)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		stop()
+		return out, nil
+	}
+	var once sync.Once
+	s.stops = append(s.stops, func() { once.Do(stop) })
+	go func() {
+		<-ctx.Done()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, f := range s.stops {
+			f()
+		}
+		s.stops = nil
+	}()
+	return out, nil
+}
+
+// Close stops every subscription and closes their channels.
+func (s *streamSubscriber) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, f := range s.stops {
+		f()
+	}
+	s.stops = nil
+	return nil
+}
+
+// metaSubject is the metadata key carrying the NATS subject (which names the command).
+const metaSubject = "nats_subject"
