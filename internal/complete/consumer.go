@@ -13,9 +13,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/telemetry"
 )
 
 //go:embed queries.sql
@@ -48,10 +52,11 @@ type Config struct {
 // messages is applied in one transaction and acked together after commit, which watermill's
 // one-message-at-a-time handlers cannot express.
 type Consumer struct {
-	cfg  Config
-	pool *pgxpool.Pool
-	js   jetstream.JetStream
-	pub  Publisher
+	cfg    Config
+	pool   *pgxpool.Pool
+	js     jetstream.JetStream
+	pub    Publisher
+	tracer trace.Tracer
 }
 
 // Publisher publishes committed events (events.Relay).
@@ -67,7 +72,7 @@ func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream, pub Publisher) 
 	if cfg.OnReleased == nil {
 		cfg.OnReleased = func() {}
 	}
-	return &Consumer{cfg: cfg, pool: pool, js: js, pub: pub}
+	return &Consumer{cfg: cfg, pool: pool, js: js, pub: pub, tracer: telemetry.Tracer("complete")}
 }
 
 // DurableName is the shared durable consumer of all scheduler nodes on the DONE stream.
@@ -141,7 +146,21 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		outs, ok = append(outs, o), append(ok, m)
 	}
+	// One span per completion, in the job's trace (DESIGN §9), around the batch that records it.
+	spans := make([]trace.Span, len(outs))
+	for i, o := range outs {
+		_, spans[i] = c.tracer.Start(telemetry.WithTraceParent(ctx, o.Event.TraceParent), "agate.complete",
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attribute.String("agate.fire_id", o.Result.FireID.String()),
+				attribute.String("agate.job", o.Result.Job.Key().String()), attribute.Int("agate.batch", len(outs))))
+	}
 	released, err := c.Apply(ctx, outs)
+	for _, span := range spans {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
 	if err != nil {
 		c.cfg.Logger.WarnContext(ctx, "applying completions failed; they will be redelivered",
 			slog.Int("completions", len(outs)), slog.Any("error", err))
