@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +132,35 @@ func TestDeadNodesClaimsAreRecovered(t *testing.T) {
 	}
 	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired); n != 1 {
 		t.Errorf("fired %d times, want once", n)
+	}
+}
+
+// The producer's trace follows the job: the trigger row, the JobFired message and the completion
+// carry its trace id, so a tracing dashboard shows command → fire → run → completion as one trace.
+func TestTraceFollowsTheJob(t *testing.T) {
+	e := newEnv(t)
+	e.startNode("n1", nil)
+	e.startWorker("w1", nil, nil)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	msg := nats.NewMsg(events.Subjects(e.ns).API("schedule_job"))
+	msg.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	msg.Data = mustJSON(t, map[string]any{"id": "traced", "job": job("g", "traced", "noop", nil, nil),
+		"triggers": []any{oneShot("g", "traced", time.Now())}})
+	e.waitFor(10*time.Second, "the node to answer", func() bool {
+		reply, err := e.nc.RequestMsg(msg, 5*time.Second)
+		return err == nil && strings.Contains(string(reply.Data), `"ok":true`)
+	})
+	e.waitFor(20*time.Second, "the job to complete", func() bool {
+		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) == 1
+	})
+	for _, typ := range []string{events.TypeTriggerScheduled, events.TypeJobFired, events.TypeJobCompleted} {
+		var tp string
+		if err := e.pool.QueryRow(t.Context(), `select coalesce(trace_context, '') from events where sched_name = $1 and type = $2`,
+			e.ns, typ).Scan(&tp); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(tp, "00-"+traceID+"-") {
+			t.Errorf("%s carries traceparent %q, not the producer's trace %s", typ, tp, traceID)
+		}
 	}
 }
