@@ -1,8 +1,3 @@
-//go:build composecheck
-
-// This file needs github.com/compose-spec/compose-go/v2 and its dependencies in go.mod (go get
-// github.com/compose-spec/compose-go/v2@v2.16.2). Until they are, run it with
-// `go test -tags composecheck ./internal/composecheck`; once they are, delete the build line.
 
 package composecheck
 
