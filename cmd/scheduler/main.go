@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agatesched/agate/internal/command"
+	"github.com/agatesched/agate/internal/natsconn"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/telemetry"
@@ -38,6 +39,8 @@ func main() {
 type options struct {
 	databaseURL string
 	natsURL     string
+	natsCreds   string
+	natsCA      string
 	logLevel    string
 	node        node.Config
 	jobTypes    []string
@@ -87,6 +90,8 @@ Commands:
 	addNodeFlags(runCmd, o)
 	runCmd.Flags().StringVar(&o.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL connection URL (env DATABASE_URL); required")
 	runCmd.Flags().StringVar(&o.natsURL, "nats-url", env("NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated (env NATS_URL)")
+	runCmd.Flags().StringVar(&o.natsCreds, "nats-creds", env("NATS_CREDS", ""), "NATS credentials file, JWT and NKey seed (env NATS_CREDS)")
+	runCmd.Flags().StringVar(&o.natsCA, "nats-ca", env("NATS_CA", ""), "PEM file of the CA of the NATS servers' TLS certificates (env NATS_CA)")
 
 	migrateCmd := &cobra.Command{
 		Use:   "migrate",
@@ -163,9 +168,10 @@ func runNode(ctx context.Context, o *options) error {
 		return err
 	}
 	defer pool.Close()
-	nc, err := nats.Connect(o.natsURL, nats.Name("agate-scheduler "+o.node.InstanceID), nats.MaxReconnects(-1))
+	nc, err := natsconn.Connect(natsconn.Config{URL: o.natsURL, Name: "agate-scheduler " + o.node.InstanceID,
+		Creds: o.natsCreds, CA: o.natsCA, Logger: log})
 	if err != nil {
-		return fmt.Errorf("connecting to NATS at %s: %w", o.natsURL, err)
+		return err
 	}
 	defer nc.Close()
 	return node.Run(ctx, o.node, pool, nc)

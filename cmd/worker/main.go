@@ -11,10 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/natsconn"
 	"github.com/agatesched/agate/internal/telemetry"
 	"github.com/agatesched/agate/internal/worker"
 )
@@ -159,25 +158,10 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	}()
 
-	natsOpts := []nats.Option{
-		nats.Name("agate-worker " + o.instanceID),
-		nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("disconnected from NATS; reconnecting", "error", err)
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("reconnected to NATS", "server", redact(nc.ConnectedUrl()))
-		}),
-	}
-	if o.natsCreds != "" {
-		natsOpts = append(natsOpts, nats.UserCredentials(o.natsCreds))
-	}
-	if o.natsCA != "" {
-		natsOpts = append(natsOpts, nats.RootCAs(o.natsCA))
-	}
-	nc, err := nats.Connect(o.natsURL, natsOpts...)
+	nc, err := natsconn.Connect(natsconn.Config{URL: o.natsURL, Name: "agate-worker " + o.instanceID,
+		Creds: o.natsCreds, CA: o.natsCA, Logger: log})
 	if err != nil {
-		return fmt.Errorf("connecting to NATS at %s (set --nats-url or NATS_URL): %w", redact(o.natsURL), err)
+		return err
 	}
 	defer func() {
 		if err := nc.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -205,7 +189,7 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("connected to NATS", "server", redact(nc.ConnectedUrl()), "instance", o.instanceID)
+	log.Info("connected to NATS", "server", natsconn.Redact(nc.ConnectedUrl()), "instance", o.instanceID)
 	return w.Run(ctx)
 }
 
@@ -218,16 +202,4 @@ func defaultInstanceID() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
 	return host + "-" + hex.EncodeToString(b)
-}
-
-// redact removes passwords and tokens from NATS URLs before they are logged.
-func redact(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			u.User = url.User("redacted")
-			parts[i] = u.String()
-		}
-	}
-	return strings.Join(parts, ",")
 }

@@ -107,13 +107,6 @@ func TestFlagWinsOverEnv(t *testing.T) {
 	}
 }
 
-func TestRedact(t *testing.T) {
-	got := redact("nats://alice:secret@a:4222, nats://b:4222")
-	if got != "nats://redacted@a:4222, nats://b:4222" {
-		t.Errorf("redact = %q", got)
-	}
-}
-
 // TestWorkerRunsAJob wires the worker as main does, runs a noop job through it and stops it.
 func TestWorkerRunsAJob(t *testing.T) {
 	url, ns := testenv.NATS(t), testenv.Namespace(t)

@@ -20,7 +20,8 @@ import (
 
 // Setup installs the global tracer provider and the W3C propagator. An OTLP/HTTP exporter is used
 // when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (the exporter
-// reads the other OTEL_* variables itself); otherwise spans are not recorded, but trace context
+// reads the other OTEL_* variables itself); service names the process unless OTEL_SERVICE_NAME
+// does. Otherwise spans are not recorded, but trace context
 // still propagates. The returned function flushes and stops the exporter.
 func Setup(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
@@ -31,7 +32,10 @@ func Setup(ctx context.Context, service string) (shutdown func(context.Context) 
 	if err != nil {
 		return nil, fmt.Errorf("creating OTLP trace exporter: %w", err)
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	res := resource.Default() // reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+	if os.Getenv("OTEL_SERVICE_NAME") == "" {
+		res, err = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(service)))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("building OpenTelemetry resource: %w", err)
 	}
