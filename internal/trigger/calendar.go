@@ -167,7 +167,7 @@ func nextDayStart(t time.Time, loc *time.Location) time.Time {
 // the calendar includes nothing from t on.
 func nextIncluded(t time.Time, self Calendar, base Calendar, own func(time.Time) time.Time) time.Time {
 	x := t
-	for range 64 {
+	for range 16 {
 		if self.IsTimeIncluded(x) {
 			return x
 		}
@@ -212,9 +212,9 @@ func skipDays(t time.Time, loc *time.Location, excluded func(time.Time) bool) ti
 }
 
 func (c *AnnualCalendar) dayExcluded(t time.Time) bool {
-	lt := t.In(locOrUTC(c.Location))
+	_, month, day, _ := localDate(t, locOrUTC(c.Location))
 	for _, d := range c.Days {
-		if d.Month == lt.Month() && d.Day == lt.Day() {
+		if d.Month == month && d.Day == day {
 			return true
 		}
 	}
@@ -232,9 +232,9 @@ func (c *AnnualCalendar) NextIncludedTime(t time.Time) time.Time {
 }
 
 func (c *HolidayCalendar) dayExcluded(t time.Time) bool {
-	lt := t.In(locOrUTC(c.Location))
+	year, month, day, _ := localDate(t, locOrUTC(c.Location))
 	for _, d := range c.Dates {
-		if d.Year == lt.Year() && d.Month == lt.Month() && d.Day == lt.Day() {
+		if d.Year == year && d.Month == month && d.Day == day {
 			return true
 		}
 	}
@@ -261,7 +261,8 @@ func (c *MonthlyCalendar) allExcluded() bool {
 }
 
 func (c *MonthlyCalendar) dayExcluded(t time.Time) bool {
-	return slices.Contains(c.Days, t.In(locOrUTC(c.Location)).Day())
+	_, _, day, _ := localDate(t, locOrUTC(c.Location))
+	return slices.Contains(c.Days, day)
 }
 
 // IsTimeIncluded implements Calendar.
@@ -287,7 +288,8 @@ func (c *WeeklyCalendar) allExcluded() bool {
 }
 
 func (c *WeeklyCalendar) dayExcluded(t time.Time) bool {
-	return slices.Contains(c.Days, int(t.In(locOrUTC(c.Location)).Weekday())+1)
+	_, _, _, dow := localDate(t, locOrUTC(c.Location))
+	return slices.Contains(c.Days, dow)
 }
 
 // IsTimeIncluded implements Calendar.
@@ -361,21 +363,73 @@ func (c *CronCalendar) IsTimeIncluded(t time.Time) bool {
 // NextIncludedTime implements Calendar.
 func (c *CronCalendar) NextIncludedTime(t time.Time) time.Time {
 	loc := locOrUTC(c.Location)
-	return nextIncluded(t, c, c.Base, func(x time.Time) time.Time {
-		if !cronSatisfiedBy(c.Expression, loc, x) {
-			return x
-		}
-		// Walk the run of consecutive matching seconds (Quartz getNextInvalidTimeAfter).
-		last := time.Unix(floorDiv(x.UnixMilli(), 1000), 0)
-		for range 1 << 20 {
-			n, ok := c.Expression.Next(last, loc)
-			if !ok || n.Sub(last) != time.Second {
-				break
+	return nextIncluded(t, c, c.Base, func(x time.Time) time.Time { return cronNextUnmatched(c.Expression, loc, x) })
+}
+
+// cronNextUnmatched returns the first second at or after x that the expression does not
+// select (Quartz getNextInvalidTimeAfter), or a lower bound of it after a bounded walk. It
+// walks at the coarsest step at which matching cannot change within a step: seconds while the
+// seconds field is not '*'-complete, then minutes, then hours (minutes again across a zone
+// shift that is not whole hours), then local days.
+func cronNextUnmatched(ce *CronExpression, loc *time.Location, x time.Time) time.Time {
+	sat := func(t time.Time) bool { return cronSatisfiedBy(ce, loc, t) }
+	if !sat(x) {
+		return x
+	}
+	s := time.Unix(floorDiv(x.UnixMilli(), 1000), 0)
+	switch {
+	case !ce.fullField(fSecond, 0, 59):
+		for range 61 {
+			s = s.Add(time.Second)
+			if !sat(s) {
+				return s
 			}
-			last = n
 		}
-		return last.Add(time.Second)
-	})
+		return s
+	case !ce.fullField(fMinute, 0, 59):
+		s = s.Truncate(time.Minute) // offsets are whole minutes since 1970
+		for range 61 {
+			s = s.Add(time.Minute)
+			if !sat(s) {
+				return s
+			}
+		}
+		return s
+	case !ce.fullField(fHour, 0, 23):
+		s = s.Truncate(time.Minute)
+		for range 24 * 62 {
+			// Step to the next local hour start; across a shift that is not whole hours the
+			// next one is found minute by minute.
+			n := s.Add(time.Hour - time.Duration(localMinute(s, loc))*time.Minute)
+			if localMinute(n, loc) != 0 {
+				n = s.Add(time.Minute)
+			}
+			s = n
+			if !sat(s) {
+				return s
+			}
+		}
+		return s
+	default:
+		d := startOfDay(s, loc)
+		for range 3660 {
+			d = nextDayStart(d, loc)
+			if !sat(d) {
+				return d
+			}
+		}
+		return d
+	}
+}
+
+// fullField reports whether the field selects every value lo..hi.
+func (c *CronExpression) fullField(f, lo, hi int) bool {
+	for v := lo; v <= hi; v++ {
+		if !contains(c.sets[f], v) {
+			return false
+		}
+	}
+	return true
 }
 
 // calendarJSON is the stored form of every calendar kind.
@@ -627,4 +681,10 @@ func (c *CronCalendar) MarshalJSON() ([]byte, error) {
 		j.Expression = c.Expression.String()
 		return nil
 	})
+}
+
+func localMinute(t time.Time, loc *time.Location) int {
+	ms := t.UnixMilli()
+	off := zonePeriodAt(loc, floorDiv(ms, 1000)).off
+	return int(floorMod(floorDiv(ms+off*1000, 60000), 60))
 }

@@ -101,8 +101,8 @@ func timeOfDayFor(loc *time.Location, t time.Time, tod TimeOfDay) time.Time {
 }
 
 func sameLocalDay(loc *time.Location, a, b time.Time) bool {
-	ya, ma, da := a.In(loc).Date()
-	yb, mb, db := b.In(loc).Date()
+	ya, ma, da, _ := localDate(a, loc)
+	yb, mb, db, _ := localDate(b, loc)
 	return ya == yb && ma == mb && da == db
 }
 

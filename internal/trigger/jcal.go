@@ -1,6 +1,12 @@
 package trigger
 
-import "time"
+import (
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
 
 // jcal reproduces the parts of java.util.GregorianCalendar (lenient mode) that Quartz's
 // algorithms rely on. Quartz computes fire times by setting calendar fields to values that may
@@ -20,6 +26,32 @@ type jcal struct {
 	year, month, day, hour, min, sec, ms int
 	dirty                                bool
 	instant                              int64 // Unix milliseconds, valid when !dirty
+	dow                                  int   // Java DAY_OF_WEEK of the fields, valid when !dirty
+
+	// periods caches the last zone periods looked up: time.Location lookups past the end of a
+	// zone's table evaluate its TZ rule string each time, and Quartz's searches look up the
+	// same period over and over.
+	periods [2]zonePeriod
+	next    int
+}
+
+// zonePeriod is a stretch [start, end) of Unix seconds with one UTC offset.
+type zonePeriod struct {
+	start, end int64
+	off        int64
+	valid      bool
+}
+
+func (c *jcal) period(u int64) zonePeriod {
+	for _, p := range c.periods {
+		if p.valid && u >= p.start && u < p.end {
+			return p
+		}
+	}
+	p := zonePeriodAt(c.loc, u)
+	c.periods[c.next] = p
+	c.next = (c.next + 1) % len(c.periods)
+	return p
 }
 
 func newJcal(loc *time.Location, t time.Time) *jcal {
@@ -30,14 +62,17 @@ func newJcal(loc *time.Location, t time.Time) *jcal {
 
 // setTime is Calendar.setTime: all fields computed from the instant.
 func (c *jcal) setTime(unixMilli int64) {
-	t := time.UnixMilli(unixMilli).In(c.loc)
-	c.year = t.Year()
-	c.month = int(t.Month()) - 1
-	c.day = t.Day()
-	c.hour = t.Hour()
-	c.min = t.Minute()
-	c.sec = t.Second()
-	c.ms = t.Nanosecond() / 1e6
+	off := c.period(floorDiv(unixMilli, 1000)).off
+	local := unixMilli + off*1000
+	days := floorDiv(local, 86400000)
+	tod := local - days*86400000
+	y, m, d := civilFromDays(days)
+	c.year, c.month, c.day = int(y), int(m)-1, int(d)
+	c.hour = int(tod / 3600000)
+	c.min = int(tod / 60000 % 60)
+	c.sec = int(tod / 1000 % 60)
+	c.ms = int(tod % 1000)
+	c.dow = int(floorMod(days+4, 7)) + 1 // 1970-01-01 was a Thursday; Sunday = 1
 	c.instant = unixMilli
 	c.dirty = false
 }
@@ -51,8 +86,8 @@ func (c *jcal) complete() {
 	m := floorMod(int64(c.month), 12)
 	days := daysFromCivil(y, m+1, 1) + int64(c.day) - 1
 	wallMs := days*86400000 + int64(c.hour)*3600000 + int64(c.min)*60000 + int64(c.sec)*1000 + int64(c.ms)
-	off := javaOffsetForWall(c.loc, floorDiv(wallMs, 1000))
-	c.setTime(wallMs - int64(off)*1000)
+	off := c.offsetForWall(floorDiv(wallMs, 1000))
+	c.setTime(wallMs - off*1000)
 }
 
 func (c *jcal) time() time.Time {
@@ -70,7 +105,7 @@ func (c *jcal) getSecond() int { c.complete(); return c.sec }
 // getDayOfWeek returns Java's DAY_OF_WEEK: Sunday = 1 … Saturday = 7.
 func (c *jcal) getDayOfWeek() int {
 	c.complete()
-	return int(time.UnixMilli(c.instant).In(c.loc).Weekday()) + 1
+	return c.dow
 }
 
 func (c *jcal) setYear(v int)   { c.year = v; c.dirty = true }
@@ -91,31 +126,49 @@ func (c *jcal) addYears(n int) {
 	c.dirty = true
 }
 
-// javaOffsetForWall returns the UTC offset, in seconds, that the JDK uses for the local
+// offsetForWall returns the UTC offset, in seconds, that the JDK uses for the local
 // (wall-clock) time wall, given as seconds since 1970-01-01T00:00 local: the offset of the last
 // zone transition whose local start, measured in its new offset, is at or before wall.
-func javaOffsetForWall(loc *time.Location, wall int64) int {
+func (c *jcal) offsetForWall(wall int64) int64 {
 	// First guess: the offset in force at the instant numerically equal to wall.
-	_, off := time.Unix(wall, 0).In(loc).Zone()
-	u := wall - int64(off)
+	p := c.period(wall)
+	u := wall - p.off
 	for range 6 {
-		t := time.Unix(u, 0).In(loc)
-		_, off = t.Zone()
-		start, end := t.ZoneBounds()
-		if !start.IsZero() && wall < start.Unix()+int64(off) {
-			u = start.Unix() - 1
+		p = c.period(u)
+		if p.start != math.MinInt64 && wall < p.start+p.off {
+			u = p.start - 1
 			continue
 		}
-		if !end.IsZero() {
-			_, offN := end.In(loc).Zone()
-			if wall >= end.Unix()+int64(offN) {
-				u = end.Unix()
+		if p.end != math.MaxInt64 {
+			if n := c.period(p.end); wall >= p.end+n.off {
+				u = p.end
 				continue
 			}
 		}
-		return off
+		return p.off
 	}
-	return off
+	return p.off
+}
+
+// civilFromDays converts days since 1970-01-01 to a proleptic Gregorian date (Hinnant).
+func civilFromDays(z int64) (y, m, d int64) {
+	z += 719468
+	era := floorDiv(z, 146097)
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	y = yoe + era*400
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d = doy - (153*mp+2)/5 + 1
+	if mp < 10 {
+		m = mp + 3
+	} else {
+		m = mp - 9
+	}
+	if m <= 2 {
+		y++
+	}
+	return y, m, d
 }
 
 func floorDiv(a, b int64) int64 {
@@ -167,8 +220,7 @@ func (c *jcal) addMillis(delta int64) {
 }
 
 func (c *jcal) offsetSeconds() int64 {
-	_, off := time.UnixMilli(c.instant).In(c.loc).Zone()
-	return int64(off)
+	return c.period(floorDiv(c.instant, 1000)).off
 }
 
 // addDays is Calendar.add(DATE/DAY_OF_YEAR, n) (and WEEK_OF_YEAR with 7n): move the local date,
@@ -199,4 +251,64 @@ func (c *jcal) addMonths(n int) {
 		c.day = ld
 	}
 	c.dirty = true
+}
+
+// locPeriods is a process-wide cache of the zone periods of one location, sorted by start.
+type locPeriods struct {
+	mu sync.RWMutex
+	ps []zonePeriod
+}
+
+var periodCache sync.Map // *time.Location -> *locPeriods
+
+// maxCachedPeriods bounds one location's cache (about two periods a year for DST zones).
+const maxCachedPeriods = 8192
+
+func zonePeriodAt(loc *time.Location, u int64) zonePeriod {
+	v, ok := periodCache.Load(loc)
+	if !ok {
+		v, _ = periodCache.LoadOrStore(loc, &locPeriods{})
+	}
+	lp := v.(*locPeriods)
+	find := func() (int, bool) {
+		i := sort.Search(len(lp.ps), func(i int) bool { return lp.ps[i].end > u })
+		return i, i < len(lp.ps) && lp.ps[i].start <= u
+	}
+	lp.mu.RLock()
+	i, hit := find()
+	if hit {
+		p := lp.ps[i]
+		lp.mu.RUnlock()
+		return p
+	}
+	lp.mu.RUnlock()
+
+	t := time.Unix(u, 0).In(loc)
+	_, off := t.Zone()
+	s, e := t.ZoneBounds()
+	p := zonePeriod{start: math.MinInt64, end: math.MaxInt64, off: int64(off), valid: true}
+	if !s.IsZero() {
+		p.start = s.Unix()
+	}
+	if !e.IsZero() {
+		p.end = e.Unix()
+	}
+	lp.mu.Lock()
+	if len(lp.ps) < maxCachedPeriods {
+		if i, hit := find(); !hit {
+			lp.ps = slices.Insert(lp.ps, i, p)
+		}
+	}
+	lp.mu.Unlock()
+	return p
+}
+
+// localDate returns t's local date and Java day of week (Sunday = 1) in loc, using the
+// period cache (time.Time's accessors look the zone up again on every call).
+func localDate(t time.Time, loc *time.Location) (year int, month time.Month, day, dow int) {
+	ms := t.UnixMilli()
+	off := zonePeriodAt(loc, floorDiv(ms, 1000)).off
+	days := floorDiv(ms+off*1000, 86400000)
+	y, m, d := civilFromDays(days)
+	return int(y), time.Month(m), int(d), int(floorMod(days+4, 7)) + 1
 }
