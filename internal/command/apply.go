@@ -299,6 +299,62 @@ func (a *applyCtx) unscheduleTrigger(ctx context.Context, c *UnscheduleTrigger) 
 	return nil, nil
 }
 
+// AddCalendar is the add_calendar command.
+type AddCalendar struct {
+	ID       string          `json:"id"`
+	Name     string          `json:"name"`
+	Calendar json.RawMessage `json:"calendar"`
+	Replace  bool            `json:"replace"`
+}
+
+// DeleteCalendar is the delete_calendar command.
+type DeleteCalendar struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+func (a *applyCtx) addCalendar(ctx context.Context, c *AddCalendar) (any, error) {
+	if _, err := trigger.ParseCalendar(c.Calendar); err != nil {
+		var fe *trigger.FieldError
+		if errors.As(err, &fe) {
+			return nil, reject(invalid(strings.TrimSuffix("calendar."+fe.Field, "."), "%s", fe.Message))
+		}
+		return nil, reject(invalid("calendar", "%v", err))
+	}
+	var one int
+	err := a.tx.QueryRow(ctx, queries.Get("UpsertCalendar"), a.h.cfg.Namespace, c.Name, c.Calendar, c.Replace).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, reject(&Error{Code: CodeAlreadyExists, Field: "name",
+			Message: fmt.Sprintf("calendar %q already exists; send replace: true to replace it", c.Name)})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storing calendar: %w", err)
+	}
+	return nil, a.event(events.TypeCalendarAdded, events.AggregateCalendar, c.Name, "calendar",
+		map[string]any{"name": c.Name, "calendar": c.Calendar, "commandId": a.commandID})
+}
+
+func (a *applyCtx) deleteCalendar(ctx context.Context, c *DeleteCalendar) (any, error) {
+	ns := a.h.cfg.Namespace
+	var users int
+	if err := a.tx.QueryRow(ctx, queries.Get("CalendarInUse"), ns, c.Name).Scan(&users); err != nil {
+		return nil, fmt.Errorf("reading calendar users: %w", err)
+	}
+	if users > 0 {
+		return nil, reject(&Error{Code: CodeFailedPrecondition, Field: "name",
+			Message: fmt.Sprintf("calendar %q is used by %d trigger(s); unschedule them first", c.Name, users)})
+	}
+	tag, err := a.tx.Exec(ctx, queries.Get("DeleteCalendar"), ns, c.Name)
+	if err != nil {
+		return nil, fmt.Errorf("deleting calendar: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, reject(&Error{Code: CodeNotFound, Field: "name", Message: fmt.Sprintf("calendar %q does not exist", c.Name)})
+	}
+	return nil, a.event(events.TypeCalendarDeleted, events.AggregateCalendar, c.Name, "calendar",
+		map[string]any{"name": c.Name, "commandId": a.commandID})
+}
+
 func kindOf(d trigger.Definition) string {
 	switch {
 	case d.Cron != nil:

@@ -151,6 +151,18 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 			return h.rejectUnread(ctx, cmd, body, e)
 		}
 		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.deleteJob(ctx, &c) }
+	case "add_calendar":
+		var c AddCalendar
+		if e := h.v.check(cmd, body, &c); e != nil {
+			return h.rejectUnread(ctx, cmd, body, e)
+		}
+		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.addCalendar(ctx, &c) }
+	case "delete_calendar":
+		var c DeleteCalendar
+		if e := h.v.check(cmd, body, &c); e != nil {
+			return h.rejectUnread(ctx, cmd, body, e)
+		}
+		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.deleteCalendar(ctx, &c) }
 	case "unschedule_trigger":
 		var c UnscheduleTrigger
 		if e := h.v.check(cmd, body, &c); e != nil {

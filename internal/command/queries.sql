@@ -48,3 +48,15 @@ delete from job_details j
 where j.sched_name = $1 and j.job_group = $2 and j.job_name = $3 and not j.durable
   and not exists (select 1 from triggers t
                   where t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name);
+
+-- name: UpsertCalendar
+-- $4: replace an existing calendar of the same name. Returns nothing when it exists and $4 is false.
+insert into calendars (sched_name, calendar_name, calendar) values ($1, $2, $3)
+on conflict (sched_name, calendar_name) do update set calendar = excluded.calendar where $4
+returning 1;
+
+-- name: CalendarInUse
+select count(*) from triggers where sched_name = $1 and calendar_name = $2;
+
+-- name: DeleteCalendar
+delete from calendars where sched_name = $1 and calendar_name = $2;

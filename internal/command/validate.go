@@ -19,7 +19,7 @@ import (
 
 // Commands this version applies. (CONTRACT.md lists more; they are answered "unknown command"
 // until implemented, never silently dropped.)
-var known = []string{"delete_job", "schedule_job", "unschedule_trigger"}
+var known = []string{"add_calendar", "delete_calendar", "delete_job", "schedule_job", "unschedule_trigger"}
 
 // validator checks command bodies against the JSON Schemas in schemas/json/command.
 type validator struct {

@@ -20,15 +20,18 @@ const (
 	TypeTriggerReleased    = "agate.trigger.released"
 	TypeJobDeleted         = "agate.job.deleted"
 	TypeJobRecovered       = "agate.job.recovered"
+	TypeCalendarAdded      = "agate.calendar.added"
+	TypeCalendarDeleted    = "agate.calendar.deleted"
 	TypeCommandAccepted    = "agate.command.accepted"
 	TypeCommandRejected    = "agate.command.rejected"
 )
 
 // Aggregates an event belongs to, for history queries on the log.
 const (
-	AggregateJob     = "job"
-	AggregateTrigger = "trigger"
-	AggregateCommand = "command"
+	AggregateJob      = "job"
+	AggregateTrigger  = "trigger"
+	AggregateCommand  = "command"
+	AggregateCalendar = "calendar"
 )
 
 // Event is one entry of the log. Data is the CloudEvents data member; Topic is the NATS subject

@@ -1,7 +1,9 @@
 package node_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +93,93 @@ func TestCronFiresAcrossDSTChange(t *testing.T) {
 		t.Errorf("first fire %s, want 03:00:00 EDT", first.Format(time.RFC3339))
 	}
 	t.Logf("fires: %v", fmt.Sprint(got))
+}
+
+// Calendars: a trigger that names one skips its excluded days; a calendar in use cannot be
+// deleted; an unknown one is reported.
+func TestCalendarsExcludeTimes(t *testing.T) {
+	e := newEnv(t)
+	e.startNode("n1", nil)
+	now := time.Now().UTC()
+	today, tomorrow := now.Format(time.DateOnly), now.AddDate(0, 0, 1).Format(time.DateOnly)
+	if out := e.request("add_calendar", map[string]any{"id": "cal", "name": "holidays",
+		"calendar": map[string]any{"type": "holiday", "dates": []string{today, tomorrow}}}); !out.OK {
+		t.Fatalf("add_calendar: %+v", out.Error)
+	}
+	if out := e.request("add_calendar", map[string]any{"id": "cal-bad", "name": "bad",
+		"calendar": map[string]any{"type": "holiday", "dates": []string{"31 Dec"}}}); out.OK || !strings.HasPrefix(out.Error.Field, "calendar.dates") {
+		t.Errorf("a bad calendar was answered %+v, want an invalid_argument naming calendar.dates", out.Error)
+	}
+	trig := repeating("g", "daily", now, time.Hour, -1)
+	trig["calendar"] = "holidays"
+	out := e.request("schedule_job", map[string]any{"id": "uses-cal", "job": job("g", "j", "noop", nil, nil), "triggers": []any{trig}})
+	if !out.OK {
+		t.Fatalf("schedule_job: %+v", out.Error)
+	}
+	var next time.Time
+	if err := e.pool.QueryRow(t.Context(), `select next_fire_time from triggers where sched_name = $1`, e.ns).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if dayAfter := time.Date(now.Year(), now.Month(), now.Day()+2, 0, 0, 0, 0, time.UTC); next.Before(dayAfter) {
+		t.Errorf("next fire %s falls on an excluded day (want ≥ %s)", next, dayAfter)
+	}
+	trig2 := oneShot("g", "x", now.Add(time.Hour))
+	trig2["calendar"] = "nope"
+	if out := e.request("schedule_job", map[string]any{"id": "no-cal", "job": job("g", "k", "noop", nil, nil), "triggers": []any{trig2}}); out.OK || out.Error.Code != "not_found" {
+		t.Errorf("unknown calendar answered %+v, want not_found", out.Error)
+	}
+	if out := e.request("delete_calendar", map[string]any{"id": "del1", "name": "holidays"}); out.OK || out.Error.Code != "failed_precondition" {
+		t.Errorf("deleting a calendar in use answered %+v, want failed_precondition", out.Error)
+	}
+	if out := e.request("unschedule_trigger", map[string]any{"id": "unsch", "trigger": map[string]any{"group": "g", "name": "daily"}}); !out.OK {
+		t.Fatalf("unschedule_trigger: %+v", out.Error)
+	}
+	if out := e.request("delete_calendar", map[string]any{"id": "del2", "name": "holidays"}); !out.OK {
+		t.Errorf("delete_calendar: %+v", out.Error)
+	}
+	if n := e.count(`select count(*) from job_details where sched_name = $1`, e.ns); n != 0 {
+		t.Errorf("the job left without triggers was not deleted (%d jobs)", n)
+	}
+}
+
+// Every trigger kind of Quartz is accepted by schedule_job and stored with the first fire time
+// the trigger package computes.
+func TestAllTriggerKindsAreAccepted(t *testing.T) {
+	e := newEnv(t)
+	e.startNode("n1", nil)
+	start := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	kinds := map[string]map[string]any{
+		"simple":            {"simple": map[string]any{"interval": "PT10S", "repeatCount": 3}},
+		"cron":              {"cron": map[string]any{"expression": "0 15 10 ? * 6L", "timeZone": "Europe/Paris"}},
+		"calendarInterval":  {"calendarInterval": map[string]any{"interval": 1, "unit": "month", "timeZone": "America/New_York"}},
+		"dailyTimeInterval": {"dailyTimeInterval": map[string]any{"startTimeOfDay": "09:00:00", "endTimeOfDay": "17:00:00", "daysOfWeek": []string{"MON", "FRI"}, "interval": 30, "unit": "minute"}},
+	}
+	for name, sched := range kinds {
+		trig := map[string]any{"group": "g", "name": name, "startAt": start.Format(time.RFC3339)}
+		for k, v := range sched {
+			trig[k] = v
+		}
+		out := e.request("schedule_job", map[string]any{"id": name, "job": job("g", name, "noop", nil, nil), "triggers": []any{trig}})
+		if !out.OK {
+			t.Errorf("%s: %+v", name, out.Error)
+			continue
+		}
+		var def trigger.Definition
+		if err := json.Unmarshal(mustJSON(t, trig), &def); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := trigger.New(def, time.Now(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var next time.Time
+		var kind string
+		if err := e.pool.QueryRow(t.Context(), `select next_fire_time, kind from triggers where sched_name = $1 and trigger_name = $2`,
+			e.ns, name).Scan(&next, &kind); err != nil {
+			t.Fatal(err)
+		}
+		if !next.Equal(tr.NextFireTime) {
+			t.Errorf("%s (%s): stored next fire %s, want %s", name, kind, next, tr.NextFireTime)
+		}
+	}
 }
