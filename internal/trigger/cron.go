@@ -35,8 +35,9 @@ type CronExpression struct {
 // ParseCron parses expr in Quartz 2.3.2's dialect and accepts exactly what Quartz accepts
 // (including its lenient oddities such as ignored trailing characters), except expressions
 // Quartz accepts but cannot evaluate: 'L' alone in the seconds, minutes, hours or month field
-// (Quartz throws NoSuchElementException at the first evaluation) and 'W' on day 0 (Quartz loops
-// forever). Errors are *CronError.
+// (Quartz throws NoSuchElementException at the first evaluation), 'W' on day 0 and 'L-nW' with
+// n ≥ 28 (Quartz loops forever on them, the latter when the search reaches February). Errors
+// are *CronError.
 func ParseCron(expr string) (ce *CronExpression, err error) {
 	upper := strings.ToUpper(expr)
 	p := &cronParser{}
@@ -137,6 +138,10 @@ func ParseCron(expr string) (ce *CronExpression, err error) {
 		field, tokStart, subStart, token = fDayOfMonth, toks[fDayOfMonth].pos, 0, toks[fDayOfMonth].s
 		fail(-1, "'W' needs a day of month between 1 and 31, not 0 (Quartz never returns from it)")
 	}
+	if c.nearestWeekday && c.lastdayOfMonth && c.lastdayOffset >= 28 {
+		field, tokStart, subStart, token = fDayOfMonth, toks[fDayOfMonth].pos, 0, toks[fDayOfMonth].s
+		fail(-1, "'L-%dW' falls before the first of February, where Quartz never returns from it; use an offset of at most 27", c.lastdayOffset)
+	}
 	return c, nil
 }
 
@@ -217,10 +222,11 @@ func contains(set []int, v int) bool {
 }
 
 // Next returns the first time strictly after `after` that the expression selects, evaluated
-// in loc (nil means UTC), exactly as Quartz's CronExpression.getTimeAfter: results are whole
-// seconds; a time in a spring-forward gap is skipped, not shifted; in a fall-back overlap only
-// the second occurrence fires. ok is false when there is none (Quartz returns null), e.g. when
-// the year field is exhausted or the search passes Quartz's give-up year.
+// in loc (nil means UTC) and returned in loc, exactly as Quartz's
+// CronExpression.getTimeAfter: results are whole seconds; a time in a spring-forward gap is
+// skipped, not shifted; in a fall-back overlap only the second occurrence fires. ok is false
+// when there is none (Quartz returns null), e.g. when the year field is exhausted or the
+// search passes Quartz's give-up year.
 func (c *CronExpression) Next(after time.Time, loc *time.Location) (next time.Time, ok bool) {
 	if loc == nil {
 		loc = time.UTC
@@ -452,7 +458,7 @@ func (c *CronExpression) Next(after time.Time, loc *time.Location) (next time.Ti
 			continue
 		}
 		cl.setYear(year)
-		return cl.time(), true
+		return cl.time().In(loc), true
 	}
 	return time.Time{}, false
 }
