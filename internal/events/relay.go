@@ -28,19 +28,26 @@ type RelayConfig struct {
 	SweepDelay time.Duration
 	// SweepBatch is the most events one sweep transaction publishes. Default 1000.
 	SweepBatch int
-	Logger     *slog.Logger
+	// QueueLen is how many committed batches may wait for the publisher; beyond that (NATS slow
+	// or down) Publish drops them for the sweep. Default 1024.
+	QueueLen int
+	Logger   *slog.Logger
 }
 
-// Relay publishes logged events to JetStream. Publish sends the events a node just committed;
-// Run sweeps the log for events that were committed but never published (the node died between
-// commit and publish, or NATS was down) and publishes them again, in log order, behind a cursor.
+// Relay publishes logged events to JetStream. Publish hands over the events a node just
+// committed to a background publisher and returns at once, so a slow or absent NATS never holds
+// up acquiring and firing: the log is the source of truth. Run runs that publisher and sweeps the
+// log for events that were committed but never published (the node died between commit and
+// publish, NATS was down, the queue was full) and publishes them again, in log order, behind a
+// cursor.
 //
 // nats.go's jetstream package is used directly rather than a watermill publisher: the relay needs
 // PublishMsgAsync with a bounded window and per-message PubAck futures to know what was stored.
 type Relay struct {
-	cfg  RelayConfig
-	pool *pgxpool.Pool
-	js   jetstream.JetStream
+	cfg   RelayConfig
+	pool  *pgxpool.Pool
+	js    jetstream.JetStream
+	queue chan []Event
 }
 
 // NewRelay builds a relay.
@@ -48,8 +55,9 @@ func NewRelay(cfg RelayConfig, pool *pgxpool.Pool, js jetstream.JetStream) *Rela
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, time.Second)
 	cfg.SweepDelay = cmp.Or(cfg.SweepDelay, 3*time.Second)
 	cfg.SweepBatch = cmp.Or(cfg.SweepBatch, 1000)
+	cfg.QueueLen = cmp.Or(cfg.QueueLen, 1024)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	return &Relay{cfg: cfg, pool: pool, js: js}
+	return &Relay{cfg: cfg, pool: pool, js: js, queue: make(chan []Event, cfg.QueueLen)}
 }
 
 // Message returns the NATS message of e: the CloudEvents envelope as body, Nats-Msg-Id = event
@@ -72,10 +80,36 @@ func Message(e Event) (*nats.Msg, error) {
 	return msg, nil
 }
 
-// Publish sends the events that have a Topic and waits until JetStream stored each one.
-// An error leaves the rest to the sweep; nothing is lost.
-func (r *Relay) Publish(ctx context.Context, evs []Event) error {
-	return publish(ctx, r.js, evs)
+// ErrQueueFull says committed events were left to the sweep because the publisher is behind.
+var ErrQueueFull = errors.New("the publish queue is full (NATS slow or unreachable)")
+
+// Publish queues committed events for publishing and returns at once. An error means they were
+// not queued; they are in the log, and the sweep publishes them.
+func (r *Relay) Publish(_ context.Context, evs []Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	select {
+	case r.queue <- evs:
+		return nil
+	default:
+		return ErrQueueFull
+	}
+}
+
+// runPublisher publishes queued batches until ctx is cancelled.
+func (r *Relay) runPublisher(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case evs := <-r.queue:
+			if err := publish(ctx, r.js, evs); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.WarnContext(ctx, "publishing committed events failed; the outbox sweep will publish them",
+					slog.Int("events", len(evs)), slog.Any("error", err))
+			}
+		}
+	}
 }
 
 func publish(ctx context.Context, js jetstream.JetStream, evs []Event) error {
@@ -107,8 +141,14 @@ func publish(ctx context.Context, js jetstream.JetStream, evs []Event) error {
 	return errors.Join(errs...)
 }
 
-// Run sweeps until ctx is cancelled.
+// Run publishes queued events and sweeps until ctx is cancelled.
 func (r *Relay) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.runPublisher(ctx)
+	}()
+	defer func() { <-done }()
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -203,4 +243,10 @@ func Decode(body []byte, data any) (Envelope, error) {
 		return env, fmt.Errorf("event %s (%s) has malformed data: %w", env.ID, env.Type, err)
 	}
 	return env, nil
+}
+
+// PublishNow publishes events and waits until JetStream stored (or de-duplicated) each one: for
+// callers that must know, such as tests and tools.
+func PublishNow(ctx context.Context, js jetstream.JetStream, evs []Event) error {
+	return publish(ctx, js, evs)
 }

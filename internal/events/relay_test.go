@@ -121,7 +121,7 @@ func TestSweepPublishesLeftoversWithoutSkipping(t *testing.T) {
 	}
 	ev, _ := events.New(events.TypeTriggerScheduled, "x", events.AggregateTrigger, "g.slow", events.Subjects(ns).Evt("trigger"), time.Now(), nil)
 	ev.ID = ids[0]
-	if err := relay.Publish(ctx, []events.Event{ev}); err != nil {
+	if err := events.PublishNow(ctx, js, []events.Event{ev}); err != nil {
 		t.Fatal(err)
 	}
 	if got := streamCount(t, js, ns); got != 2 {

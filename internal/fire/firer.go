@@ -93,8 +93,8 @@ func (f *Firer) Schedule(claims []store.Claim) {
 	}
 }
 
-// Committed publishes the JobFired events of a committed transaction. A failure is logged, not
-// returned: the events are in the log and the relay's sweep publishes them.
+// Committed hands the JobFired events of a committed transaction to the publisher. A failure is
+// logged, not returned: the events are in the log and the relay's sweep publishes them.
 func (f *Firer) Committed(ctx context.Context, evs []events.Event) {
 	if len(evs) == 0 {
 		return
