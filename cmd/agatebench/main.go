@@ -88,7 +88,17 @@ workload timed out): lateness = startedTime - scheduledTime, duplicates = (trigg
 time) fired more than once, missing = expected (trigger, scheduled time) never completed.
 "e2e/s" = fires / (moment all completions were seen in the log - T0), River's definition.
 
-Progress goes to stderr; the results table (markdown, or JSON with -o json) to stdout.`,
+Before scheduling, the bench waits until a node answers on the api subject (it sends the unknown
+command "ping", which a node rejects and logs) and the workers' consumer exists. T0 is chosen
+from the time one 100-trigger calibration command takes (then deleted), unless --lead is given.
+Completion is detected by polling JetStream (the DONE stream and the schedulers' completion
+consumer), not PostgreSQL, so that the bench does not load the database it measures.
+With --analyze (the default) the bench runs ANALYZE every 20 commands while scheduling: plans
+made while the tables were empty otherwise stay cached until autovacuum analyzes them.
+
+Progress goes to stderr; the results table (markdown, or JSON with -o json) to stdout.
+Timed runs take /tmp/anchor-bench.lock if run under flock, as the anchors did:
+  flock /tmp/anchor-bench.lock go run ./cmd/agatebench`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
