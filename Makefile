@@ -26,6 +26,12 @@ test/race: ## the tests with the race detector
 	@./scripts/ensure-postgres.sh
 	$(GO) test -race -count=1 -timeout 25m ./...
 
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo "gofmt would change the files above" && exit 1)
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
 .PHONY: bench
 bench: ## the two-node acceptance workload and the 20k burst, with fires/s and lateness
 	@./scripts/ensure-postgres.sh
