@@ -54,9 +54,11 @@ type Result struct {
 	SchedulingSec        float64        `json:"schedulingSec"`
 	ScheduledBeforeT0Sec float64        `json:"scheduledBeforeT0Sec"`
 	TimedOut             bool           `json:"timedOut"`
-	// Windows: lateness p99 per 10 s window of scheduled time (steady), to see a growing backlog.
-	Windows []Window `json:"windows,omitempty"`
-	// BacklogGrows: the last window's p99 lateness is more than twice the first's and above 100 ms.
+	// Windows: lateness per window of scheduled time (steady; a third of the run), to see a growing backlog.
+	Windows   []Window `json:"windows,omitempty"`
+	WindowSec int      `json:"windowSec,omitempty"`
+	// BacklogGrows: the last window's p99 lateness is more than twice the first's and above
+	// 100 ms, or fewer than 90 % of the demanded fires/s got through.
 	BacklogGrows bool `json:"backlogGrows"`
 
 	Quartz *Comparison `json:"quartz,omitempty"`
@@ -209,20 +211,26 @@ func measure(ctx context.Context, pool *pgxpool.Pool, ns string, s spec, t0 time
 	} else if d := lastStart.Sub(firstStart).Seconds(); d > 0 {
 		r.FiresPerSec = float64(r.Completions) / d
 	}
-	if s.lastDue >= 10*time.Second {
-		r.Windows = windows(comps, t0)
+	if s.demand > 0 {
+		win := max(time.Second, (s.lastDue / 3).Truncate(time.Second))
+		r.WindowSec = int(win / time.Second)
+		r.Windows = windows(comps, t0, win)
 		if len(r.Windows) >= 2 {
 			first, last := r.Windows[0], r.Windows[len(r.Windows)-1]
 			r.BacklogGrows = last.P99Ms > 2*first.P99Ms && last.P99Ms > 100
+		}
+		if r.FiresPerSec < 0.9*s.demand {
+			r.BacklogGrows = true
 		}
 	}
 	return r, nil
 }
 
-func windows(comps []completion, t0 time.Time) []Window {
+func windows(comps []completion, t0 time.Time, win time.Duration) []Window {
 	by := map[int][]time.Duration{}
+	step := int(win / time.Second)
 	for _, c := range comps {
-		w := int(c.scheduled.Sub(t0)/time.Second) / 10 * 10
+		w := int(c.scheduled.Sub(t0)/time.Second) / step * step
 		by[w] = append(by[w], c.started.Sub(c.scheduled))
 	}
 	var out []Window

@@ -266,7 +266,7 @@ func writeTable(w io.Writer, env envInfo, results []Result) {
 		if len(r.Windows) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "%s, %d nodes, lateness by 10 s window of scheduled time (backlog grows: %v):\n\n", r.Workload, r.Nodes, r.BacklogGrows)
+		fmt.Fprintf(w, "%s %s, %d nodes, lateness by %d s window of scheduled time (backlog grows: %v):\n\n", r.Workload, r.Param, r.Nodes, r.WindowSec, r.BacklogGrows)
 		fmt.Fprintln(w, "| window | fires | p50 ms | p99 ms |")
 		fmt.Fprintln(w, "|---|---|---|---|")
 		for _, win := range r.Windows {

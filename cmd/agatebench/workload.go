@@ -38,6 +38,8 @@ type spec struct {
 	burst bool
 	// param describes the size, e.g. "N=20000".
 	param string
+	// demand is the fires/s the schedule asks for (steady), 0 when not steady.
+	demand float64
 }
 
 // fireKey identifies one scheduled fire of one trigger.
@@ -130,6 +132,7 @@ func steadySpec(rate int, d time.Duration, nodes int) spec {
 	return spec{
 		name: "steady", nodes: nodes, commands: ceilDiv(rate, maxTriggersPerCommand),
 		lastDue: time.Duration(fires) * time.Second, param: fmt.Sprintf("%d×1s for %ds", rate, fires),
+		demand: float64(rate),
 		plan: func(t0 time.Time) ([]map[string]any, map[string]time.Time) {
 			exp := map[string]time.Time{}
 			// Trigger times have millisecond resolution (as Quartz's), so start times are spread
