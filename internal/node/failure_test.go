@@ -164,3 +164,33 @@ func TestTraceFollowsTheJob(t *testing.T) {
 		}
 	}
 }
+
+// A node stopped gracefully gives back the claims it has not fired and leaves the cluster; the
+// next node fires them on time.
+func TestGracefulStopGivesClaimsBack(t *testing.T) {
+	e := newEnv(t)
+	stop := e.startNode("n1", func(c *node.Config) { c.FireAhead = 10 * time.Second })
+	at := time.Now().Add(4 * time.Second)
+	if out := e.request("schedule_job", map[string]any{"id": "claimed", "job": job("g", "j", "noop", nil, nil),
+		"triggers": []any{oneShot("g", "t", at)}}); !out.OK {
+		t.Fatalf("schedule_job: %+v", out.Error)
+	}
+	e.waitFor(10*time.Second, "n1 to claim the trigger ahead of time", func() bool {
+		return e.count(`select count(*) from fired_triggers where sched_name = $1 and state = 'ACQUIRED'`, e.ns) == 1
+	})
+	stop()
+	if n := e.count(`select count(*) from fired_triggers where sched_name = $1`, e.ns); n != 0 {
+		t.Errorf("%d fired rows left behind by a graceful stop", n)
+	}
+	if n := e.count(`select count(*) from triggers where sched_name = $1 and state = 'WAITING'`, e.ns); n != 1 {
+		t.Error("the claimed trigger is not WAITING again")
+	}
+	if n := e.count(`select count(*) from scheduler_state where sched_name = $1`, e.ns); n != 0 {
+		t.Error("the stopped node is still a cluster member")
+	}
+	e.startNode("n2", nil)
+	e.startWorker("w1", nil, nil)
+	e.waitFor(20*time.Second, "n2 to fire it", func() bool {
+		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) == 1
+	})
+}

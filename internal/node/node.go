@@ -124,6 +124,11 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	run("completion consumer", completions.Run)
 	run("command consumer", func(ctx context.Context) error { return commands.Run(ctx, nc, js) })
 	err = g.Wait()
+	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if lerr := recoverer.Leave(leaveCtx); lerr != nil {
+		log.Warn("leaving the cluster failed; other nodes will recover this node's claims", slog.Any("error", lerr))
+	}
 	log.Info("scheduler node stopped")
 	return err
 }

@@ -40,3 +40,6 @@ update triggers
 set next_fire_time = $4, prev_fire_time = $5, times_triggered = $6, schedule = $7,
     state = case when $4::timestamptz is null then 'COMPLETE' else state end
 where sched_name = $1 and trigger_group = $2 and trigger_name = $3 and state = 'WAITING' and next_fire_time = $8;
+
+-- name: Leave
+delete from scheduler_state where sched_name = $1 and instance_id = $2;

@@ -264,3 +264,30 @@ func timePtr(t time.Time) *time.Time {
 	u := t.UTC()
 	return &u
 }
+
+// Leave is a graceful exit from the cluster: this node's claims not yet fired go back to WAITING
+// at once (instead of after failure detection) and its membership row is removed. Call it after
+// the node's loops have stopped.
+func (r *Recoverer) Leave(ctx context.Context) error {
+	ns := r.cfg.Namespace
+	released := 0
+	err := store.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+		if err := store.WithLock(ctx, tx, ns, store.LockTriggerAccess); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, queries.Get("ReleaseAcquired"), ns, []string{r.cfg.InstanceID})
+		if err != nil {
+			return fmt.Errorf("releasing this node's claims: %w", err)
+		}
+		released = int(tag.RowsAffected())
+		if _, err := tx.Exec(ctx, queries.Get("Leave"), ns, r.cfg.InstanceID); err != nil {
+			return fmt.Errorf("leaving the cluster: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.cfg.Logger.InfoContext(ctx, "left the cluster", slog.Int("released_claims", released))
+	return nil
+}
