@@ -137,38 +137,9 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 	if !isKnown(cmd) {
 		return h.rejectUnread(ctx, cmd, body, invalid("", "unknown command %q; this scheduler accepts: %s", cmd, strings.Join(known, ", ")))
 	}
-	var apply func(*applyCtx, context.Context) (any, error)
-	switch cmd {
-	case "schedule_job":
-		var c ScheduleJob
-		if e := h.v.check(cmd, body, &c); e != nil {
-			return h.rejectUnread(ctx, cmd, body, e)
-		}
-		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.scheduleJob(ctx, &c) }
-	case "delete_job":
-		var c DeleteJob
-		if e := h.v.check(cmd, body, &c); e != nil {
-			return h.rejectUnread(ctx, cmd, body, e)
-		}
-		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.deleteJob(ctx, &c) }
-	case "add_calendar":
-		var c AddCalendar
-		if e := h.v.check(cmd, body, &c); e != nil {
-			return h.rejectUnread(ctx, cmd, body, e)
-		}
-		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.addCalendar(ctx, &c) }
-	case "delete_calendar":
-		var c DeleteCalendar
-		if e := h.v.check(cmd, body, &c); e != nil {
-			return h.rejectUnread(ctx, cmd, body, e)
-		}
-		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.deleteCalendar(ctx, &c) }
-	case "unschedule_trigger":
-		var c UnscheduleTrigger
-		if e := h.v.check(cmd, body, &c); e != nil {
-			return h.rejectUnread(ctx, cmd, body, e)
-		}
-		apply = func(a *applyCtx, ctx context.Context) (any, error) { return a.unscheduleTrigger(ctx, &c) }
+	apply, e := decoders[cmd](h.v, cmd, body)
+	if e != nil {
+		return h.rejectUnread(ctx, cmd, body, e)
 	}
 
 	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
@@ -178,7 +149,7 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 		if err := store.WithLock(ctx, tx, h.cfg.Namespace, store.LockTriggerAccess); err != nil {
 			return err
 		}
-		result, err := apply(a, ctx)
+		result, err := apply(ctx, a)
 		if err != nil {
 			return err
 		}
