@@ -293,9 +293,16 @@ func zonePeriodAt(loc *time.Location, u int64) zonePeriod {
 	if !e.IsZero() {
 		p.end = e.Unix()
 	}
+	if u < p.start || u >= p.end {
+		// Past the end of a zone's table Go derives the bounds from its TZ rule with year
+		// arithmetic that can miss the instant itself (the last day of a leap year): the
+		// offset is right, the bounds are not usable.
+		return zonePeriod{start: u, end: u + 1, off: int64(off), valid: true}
+	}
 	lp.mu.Lock()
 	if len(lp.ps) < maxCachedPeriods {
-		if i, hit := find(); !hit {
+		if i, hit := find(); !hit &&
+			(i == 0 || lp.ps[i-1].end <= p.start) && (i == len(lp.ps) || p.end <= lp.ps[i].start) {
 			lp.ps = slices.Insert(lp.ps, i, p)
 		}
 	}

@@ -65,6 +65,7 @@ func fmtVectorTime(t *testing.T, s *string) string {
 }
 
 func TestMisfireVectors(t *testing.T) {
+	t.Parallel()
 	vs := readVectors[misfireVector](t, "misfire.jsonl")
 	agree := 0
 	for i, v := range vs {

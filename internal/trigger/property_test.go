@@ -109,6 +109,7 @@ func randomDefinition(r *rand.Rand, start time.Time) Definition {
 // strictly increase, are never excluded by the calendar, never pass the end time, and previews
 // agree with stepping the trigger.
 func TestPropertiesRandomSchedules(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(2026, 11))
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	created := 0
@@ -179,6 +180,7 @@ func TestPropertiesRandomSchedules(t *testing.T) {
 // TestPropertySimpleFiresRepeatCountPlusOne: without end time or calendar a simple trigger
 // fires exactly repeatCount+1 times.
 func TestPropertySimpleFiresRepeatCountPlusOne(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 7))
 	for range 500 {
 		start := time.UnixMilli(1767225600000 + r.Int64N(1e11)).UTC()
@@ -209,6 +211,7 @@ func TestPropertySimpleFiresRepeatCountPlusOne(t *testing.T) {
 // TestPropertyCalendarJSONRoundTrip: a parsed calendar written back and parsed again includes
 // the same times.
 func TestPropertyCalendarJSONRoundTrip(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 120 {
 		src := randomCalendar(r, 0)

@@ -127,6 +127,7 @@ func checkCronVector(t *testing.T, v cronVector) (ok bool) {
 }
 
 func TestCronValidVectors(t *testing.T) {
+	t.Parallel()
 	vs := readVectors[cronVector](t, "cron-valid.jsonl")
 	agree := 0
 	for _, v := range vs {
@@ -138,6 +139,7 @@ func TestCronValidVectors(t *testing.T) {
 }
 
 func TestCronInvalidVectors(t *testing.T) {
+	t.Parallel()
 	vs := readVectors[cronVector](t, "cron-invalid.jsonl")
 	agree := 0
 	for _, v := range vs {
@@ -157,6 +159,7 @@ func TestCronInvalidVectors(t *testing.T) {
 }
 
 func TestCronOddityVectors(t *testing.T) {
+	t.Parallel()
 	vs := readVectors[cronVector](t, "cron-accepted-oddities.jsonl")
 	agree := 0
 	for _, v := range vs {
