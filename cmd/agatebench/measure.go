@@ -21,6 +21,8 @@ type Result struct {
 	Workers     int    `json:"workers"`
 	Concurrency int    `json:"concurrency"`
 	Expected    int    `json:"expected"`
+	// Demand is the fires/s a steady schedule asks for (0 otherwise).
+	Demand float64 `json:"demandPerSec,omitempty"`
 	// Completions is the number of JobCompleted events; Completed the distinct expected fires among them.
 	Completions int `json:"completions"`
 	Completed   int `json:"completed"`

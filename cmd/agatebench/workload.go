@@ -347,7 +347,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	r.Workers, r.Concurrency = b.o.workers, b.o.concurrency
+	r.Workers, r.Concurrency, r.Demand = b.o.workers, b.o.concurrency, s.demand
 	r.SchedulingSec = schedEnd.Sub(schedStart).Seconds()
 	r.ScheduledBeforeT0Sec = t0.Sub(schedEnd).Seconds()
 	r.TimedOut = timedOut
@@ -386,7 +386,7 @@ func calibrateLead(ctx context.Context, nc *nats.Conn, ns string, commands int) 
 	if err := request(ctx, nc, events.Subjects(ns).API("delete_job"), del); err != nil {
 		return 0, fmt.Errorf("calibration: %w", err)
 	}
-	return 3*time.Second + time.Duration(float64(commands)*1.5*float64(per)), nil
+	return 3*time.Second + time.Duration(float64(commands)*2*float64(per)), nil
 }
 
 // waitReady waits until every node answers on the api subject and the workers' consumers exist.
