@@ -80,7 +80,8 @@ Workloads:
   burst   Quartz's W1: N one-shot triggers all due at the same instant T0, on each node count
           of --burst-nodes. fires/s = N / (last job start - T0), Quartz's "T0->last exec".
   steady  Quartz's W2: R triggers every 1 s for D (start times spread over 1 s); fires/s =
-          fires / (last start - first start); lateness per 10 s window shows a growing backlog.
+          fires / (last start - first start); lateness per window (a third of the run) shows
+          whether the backlog grows.
 
 Triggers are scheduled over agate.<ns>.api.schedule_job (up to 100 triggers per command) before
 T0. Figures come from the events table after every expected JobCompleted is in it (or the
@@ -132,7 +133,7 @@ Timed runs take /tmp/anchor-bench.lock if run under flock, as the anchors did:
 	f.IntVar(&o.workers, "workers", 2, "workers per workload")
 	f.IntVar(&o.concurrency, "concurrency", 200, "jobs each worker runs at once")
 	f.Int32Var(&o.poolSize, "pool-size", 8, "PostgreSQL connections per scheduler node")
-	f.DurationVar(&o.lead, "lead", 0, "time from the start of scheduling to T0; 0 picks it from the number of commands")
+	f.DurationVar(&o.lead, "lead", 0, "time from the start of scheduling to T0; 0 = 3s + 2 × commands × the time one calibration command took")
 	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "per workload: how long after its last due time to wait for completions")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (nodes and workers included) to this file")
 	f.BoolVar(&o.keepDB, "keep-databases", false, "do not drop the workload databases at the end (useful with --database-url)")
