@@ -307,12 +307,14 @@ func (c *WeeklyCalendar) NextIncludedTime(t time.Time) time.Time {
 
 // rangeOn returns the instants of Start and End on t's day (Java resolution of local times).
 func (c *DailyCalendar) rangeOn(t time.Time) (start, end time.Time) {
-	at := func(d TimeOfDay) time.Time {
-		jc := newJcal(locOrUTC(c.Location), t)
-		jc.setHour(d.Hour)
-		jc.setMinute(d.Minute)
-		jc.setSecond(d.Second)
-		jc.setMilli(d.Millisecond)
+	jc := newJcal(locOrUTC(c.Location), t)
+	y, m, d := jc.year, jc.month, jc.day
+	at := func(tod TimeOfDay) time.Time {
+		jc.year, jc.month, jc.day = y, m, d
+		jc.setHour(tod.Hour)
+		jc.setMinute(tod.Minute)
+		jc.setSecond(tod.Second)
+		jc.setMilli(tod.Millisecond)
 		return jc.time()
 	}
 	return at(c.Start), at(c.End)
