@@ -22,6 +22,13 @@ One of day-of-month and day-of-week must be '?'. Fields take numbers, ranges (1-
 (1,3,5), steps (0/15, 3-59/5), '*', names (JAN-DEC, SUN-SAT), and in the day fields
 L (last), L-n, LW, nW (nearest weekday), n#k (k-th weekday n) and nL (last weekday n).`,
 	}
+	cron.Args = cobra.ArbitraryArgs
+	cron.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q for %q (see '%s --help')", args[0], cmd.CommandPath(), cmd.CommandPath())
+		}
+		return cmd.Help()
+	}
 	cron.AddCommand(newCronExplainCmd(now))
 	return cron
 }

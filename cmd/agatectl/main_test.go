@@ -76,6 +76,8 @@ func TestCronExplainInvalidExitsTwo(t *testing.T) {
 		{"cron", "explain", "0 0 12 * * ?", "-o", "yaml"},
 		{"cron", "explain"},
 		{"cron", "explain", "0 0 12 * * ?", "--bogus"},
+		{"bogus"},
+		{"cron", "bogus"},
 	} {
 		code, out, errs := runTest(t, args...)
 		if code != 2 {

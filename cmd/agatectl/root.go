@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,7 +37,7 @@ func runAt(args []string, stdout, stderr io.Writer, now func() time.Time) int {
 	}
 	fmt.Fprintln(stderr, "agatectl:", err)
 	var ue usageError
-	if errors.As(err, &ue) || isFlagError(err) {
+	if errors.As(err, &ue) || isFlagError(err) || strings.HasPrefix(err.Error(), "unknown command") {
 		return 2
 	}
 	return 1

@@ -36,6 +36,30 @@
 // Fired-trigger rows go ACQUIRED (claimed by a node) → EXECUTING (fired; the job runs) and are
 // deleted when the job completes.
 //
+// # Checked against Quartz
+//
+// The tests compare with fire times computed by the real Quartz 2.3.2: the shared vectors
+// (cron, misfires) and testdata/quartz (calendar-interval, daily-time-interval, calendars,
+// random cron expressions in more zones, parser acceptance), whose generators are there too.
+//
+// # Deliberate differences from Quartz 2.3.2
+//
+//   - Expressions Quartz accepts but cannot evaluate are rejected by ParseCron with a message:
+//     'L' (or nothing) in the seconds, minutes, hours or month field (Quartz throws at the first
+//     evaluation), day 0 with 'W' and 'L-nW' with n ≥ 28 (Quartz never returns).
+//   - Every search is bounded; where Quartz would loop for ever or for hours, the trigger gets
+//     no next fire time instead.
+//   - "nW"/"LW" compare with the search start to the second: Quartz compares with a calendar
+//     whose milliseconds are the wall clock's, so its answer can depend on the clock.
+//   - Quartz's cron give-up year (MAX_YEAR, the class-loading year + 100) is at least 2126.
+//   - A DailyCalendar that is not inverted excludes exactly its range; Quartz's also excludes
+//     00:00:00.000 and 23:59:59.999 of every day (an off-by-one that stops midnight triggers).
+//   - A daily-time-interval trigger never fires after its end time (Quartz checks the end time
+//     before adding the interval) and evaluates in its schedule's time zone (Quartz 2.3.2 uses
+//     the JVM's default zone).
+//   - Zone rules come from Go's tz database; the JDK keeps transitions only up to 2037 and then
+//     repeats each zone's last rule, so zones without one (Africa/Casablanca) differ after 2037.
+//
 // The misfire scan (the caller's, with its threshold) calls UpdateAfterMisfire on WAITING
 // triggers whose NextFireTime is older than now - threshold, unless IgnoresMisfires; the
 // acquire step then fires them at their (new) NextFireTime.
