@@ -275,7 +275,11 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (int, error) {
 			released = len(keys)
 		}
 		if len(tg) > 0 {
-			if _, err := tx.Exec(ctx, queries.Get("DeleteCompleteTriggers"), ns, tg, tn); err != nil {
+			complete := make([]string, len(tg))
+			for i := range complete {
+				complete[i] = store.StateComplete
+			}
+			if _, err := tx.Exec(ctx, queries.Get("DeleteCompleteTriggers"), ns, tg, tn, complete); err != nil {
 				return fmt.Errorf("deleting completed triggers: %w", err)
 			}
 			if _, err := tx.Exec(ctx, queries.Get("DeleteOrphanJobs"), ns, jg, jn); err != nil {

@@ -13,9 +13,11 @@ where t.sched_name = $1 and t.job_group = j.g and t.job_name = j.n
 returning t.trigger_group, t.trigger_name;
 
 -- name: DeleteCompleteTriggers
+-- The state is a join column, not a constant, so lagging statistics ("no trigger is COMPLETE")
+-- cannot turn the key list into a scan of the namespace per key (see fire's UpdateTriggers).
 delete from triggers t
-using unnest($2::text[], $3::text[]) as c(g, n)
-where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n and t.state = 'COMPLETE';
+using unnest($2::text[], $3::text[], $4::text[]) as c(g, n, state)
+where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n and t.state = c.state;
 
 -- name: DeleteOrphanJobs
 -- A non-durable job with no trigger left goes too (Quartz's removeTrigger).

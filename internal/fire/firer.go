@@ -294,12 +294,13 @@ func (f *Firer) FireInTx(ctx context.Context, tx pgx.Tx, claims []store.Claim, a
 		ug, un, us := make([]string, k), make([]string, k), make([]string, k)
 		unext, uprev, uold := make([]*time.Time, k), make([]*time.Time, k), make([]time.Time, k)
 		utimes := make([]int32, k)
+		uexpect := make([]string, k)
 		for i, fi := range fires {
 			ug[i], un[i], us[i] = fi.claim.TriggerGroup, fi.claim.TriggerName, fi.state
 			unext[i], uprev[i] = timePtr(fi.trig.NextFireTime), timePtr(fi.trig.PreviousFireTime)
-			utimes[i], uold[i] = int32(fi.trig.TimesTriggered), fi.claim.SchedTime
+			utimes[i], uold[i], uexpect[i] = int32(fi.trig.TimesTriggered), fi.claim.SchedTime, expect
 		}
-		rows, err := tx.Query(ctx, queries.Get("UpdateTriggers"), ns, ug, un, us, unext, uprev, utimes, uold, expect)
+		rows, err := tx.Query(ctx, queries.Get("UpdateTriggers"), ns, ug, un, us, unext, uprev, utimes, uold, uexpect)
 		if err != nil {
 			return nil, fmt.Errorf("updating fired triggers: %w", err)
 		}

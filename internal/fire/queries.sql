@@ -7,13 +7,16 @@ join triggers t on t.sched_name = $1 and t.trigger_group = c.g and t.trigger_nam
 join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name;
 
 -- name: UpdateTriggers
--- Guarded by the state and next fire time the claim was made on (funnyzpc/quartz's CAS).
+-- Guarded by the state and next fire time the claim was made on (funnyzpc/quartz's CAS). The
+-- expected state comes per row from the key list rather than as a constant: a constant lets the
+-- planner trust statistics that lag behind a burst ("no trigger is ACQUIRED") and scan the whole
+-- namespace once per key; as a join column, the key list drives primary-key lookups.
 update triggers t
 set state = c.state, next_fire_time = c.next, prev_fire_time = c.prev, times_triggered = c.times
-from unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[], $8::timestamptz[])
-    as c(g, n, state, next, prev, times, old_next)
+from unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[], $8::timestamptz[], $9::text[])
+    as c(g, n, state, next, prev, times, old_next, old_state)
 where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n
-  and t.state = $9 and t.next_fire_time = c.old_next
+  and t.state = c.old_state and t.next_fire_time = c.old_next
 returning t.trigger_group, t.trigger_name;
 
 -- name: BlockOthers
