@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/agatesched/agate/internal/acquire"
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/natsconn"
 	"github.com/agatesched/agate/internal/node"
@@ -128,7 +129,7 @@ func addNodeFlags(cmd *cobra.Command, o *options) {
 	f.StringVar(&o.node.InstanceID, "instance-id", env("AGATE_INSTANCE_ID", defaultInstanceID()), "this node's id in the cluster (env AGATE_INSTANCE_ID; default host name + random suffix)")
 	f.StringVar(&o.node.LockMode, "lock-mode", env("AGATE_LOCK_MODE", "global"), "lock protocol: global (one TRIGGER_ACCESS row, exactly as Quartz) (env AGATE_LOCK_MODE)")
 	f.IntVar(&o.node.Batch, "batch", 500, "most triggers acquired and fired in one transaction")
-	f.DurationVar(&o.node.FireAhead, "fire-ahead", 200*time.Millisecond, "claim triggers this long before they are due")
+	f.DurationVar(&o.node.FireAhead, "fire-ahead", acquire.FireAheadDefault, "claim triggers this long before they are due")
 	f.DurationVar(&o.node.PollInterval, "poll-interval", time.Second, "longest wait between acquire passes when nothing wakes the node")
 	f.DurationVar(&o.node.MisfireThreshold, "misfire-threshold", time.Minute, "how late a trigger may fire before its misfire instruction applies")
 	f.DurationVar(&o.node.CheckinInterval, "checkin-interval", 5*time.Second, "cluster check-in interval; a node silent for 2x this + 7.5s is recovered")
