@@ -163,40 +163,36 @@ func nextDayStart(t time.Time, loc *time.Location) time.Time {
 }
 
 // nextIncluded combines a calendar's own lower bound for its next included time with its
-// base's: it returns a time ≥ t that is not after the first time ≥ t both include, or zero when
-// the calendar includes nothing from t on.
+// base's: it returns a time ≥ t that is not after the first time ≥ t both include (t itself
+// when t is included), or zero when the calendar includes nothing from t on. It takes one step
+// only (callers such as Trigger's skip loop call again), so that the cost of a chain of base
+// calendars grows with its length, not exponentially.
 func nextIncluded(t time.Time, self Calendar, base Calendar, own func(time.Time) time.Time) time.Time {
-	x := t
-	for range 16 {
-		if self.IsTimeIncluded(x) {
-			return x
-		}
-		y := own(x)
-		if y.IsZero() {
+	if self.IsTimeIncluded(t) {
+		return t
+	}
+	y := own(t)
+	if y.IsZero() {
+		return time.Time{}
+	}
+	if base != nil {
+		b := base.NextIncludedTime(t)
+		if b.IsZero() {
 			return time.Time{}
 		}
-		if base != nil && !base.IsTimeIncluded(y) {
-			b := base.NextIncludedTime(y)
-			if b.IsZero() {
-				return time.Time{}
-			}
-			if b.After(y) {
-				y = b
-			}
-		}
-		if !y.After(x) {
-			return x
-		}
-		x = y
-		if x.Year() > giveUpYear {
-			return time.Time{}
+		if b.After(y) {
+			y = b
 		}
 	}
-	return x
+	if y.Before(t) {
+		return t
+	}
+	return y
 }
 
 // skipDays returns the start of the first day from t's day on that excluded does not reject
-// (t itself when its day is fine), giving up after 8 years of days.
+// (t itself when its day is fine), or, after 8 years of excluded days, the start of the day
+// after them (a lower bound, as NextIncludedTime allows).
 func skipDays(t time.Time, loc *time.Location, excluded func(time.Time) bool) time.Time {
 	if !excluded(t) {
 		return t
@@ -208,7 +204,7 @@ func skipDays(t time.Time, loc *time.Location, excluded func(time.Time) bool) ti
 			return d
 		}
 	}
-	return time.Time{}
+	return d
 }
 
 func (c *AnnualCalendar) dayExcluded(t time.Time) bool {

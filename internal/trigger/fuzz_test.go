@@ -3,6 +3,7 @@ package trigger
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,10 +37,15 @@ const callBudget = 2 * time.Second
 
 func timed(t *testing.T, what string, f func()) {
 	t.Helper()
-	start := time.Now()
-	f()
-	if d := time.Since(start); d > callBudget {
-		t.Fatalf("%s took %v", what, d)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(callBudget):
+		t.Fatalf("%s did not finish within %v", what, callBudget)
 	}
 }
 
@@ -224,5 +230,51 @@ func FuzzDailyTimeIntervalTrigger(f *testing.F) {
 			Unit: units[int(unitIdx)%len(units)], RepeatCount: repeat, TimeZone: fuzzZones[int(zone)%len(fuzzZones)],
 		}, StartAt: &s, EndAt: optEnd(s, endOffset)}
 		checkTriggerSteps(t, def, s)
+	})
+}
+
+func FuzzParseCalendar(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"weekly","days":["SAT","SUN"],"timeZone":"Europe/Paris"}`,
+		`{"type":"daily","start":"09:00","end":"17:30:00.500","invert":true,"timeZone":"America/New_York","base":{"type":"holiday","dates":["2026-12-25"]}}`,
+		`{"type":"cron","expression":"* * 0-7 ? * MON-FRI","timeZone":"Australia/Lord_Howe"}`,
+		`{"type":"annual","days":["12-25","01-01"],"base":{"type":"monthly","days":[1,15,31]}}`,
+		`{"type":"monthly","days":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31]}`,
+	} {
+		f.Add(s, int64(1767225600000))
+	}
+	f.Fuzz(func(t *testing.T, js string, at int64) {
+		if len(js) > 2000 {
+			return
+		}
+		c, err := ParseCalendar([]byte(js))
+		if err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("%s: error of type %T", js, err)
+			}
+			return
+		}
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatalf("%s: marshal: %v", js, err)
+		}
+		c2, err := ParseCalendar(b)
+		if err != nil {
+			t.Fatalf("%s → %s: %v", js, b, err)
+		}
+		x := fuzzInstant(at)
+		var inc bool
+		var next time.Time
+		timed(t, js, func() { inc = c.IsTimeIncluded(x); next = c.NextIncludedTime(x) })
+		if inc != c2.IsTimeIncluded(x) {
+			t.Fatalf("%s → %s: inclusion of %s differs", js, b, x)
+		}
+		if !next.IsZero() && next.Before(x) {
+			t.Fatalf("%s: NextIncludedTime(%s) = %s is before it", js, x, next)
+		}
+		if inc && !next.Equal(x) {
+			t.Fatalf("%s: %s is included but NextIncludedTime returns %s", js, x, next)
+		}
 	})
 }
