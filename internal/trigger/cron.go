@@ -92,7 +92,7 @@ func ParseCron(expr string) (ce *CronExpression, err error) {
 	field, token = -1, ""
 	if exprOn <= fDayOfWeek {
 		tokStart, subStart = len(expr), 0
-		fail(-1, "expression ends after %d fields; a cron expression needs seconds, minutes, hours, day-of-month, month and day-of-week (and optionally a year)", exprOn)
+		fail(-1, "expression has %d of the 6 required fields: seconds minutes hours day-of-month month day-of-week [year]", exprOn)
 	}
 	if exprOn <= fYear {
 		p.storeExpressionVals("*", fYear)

@@ -136,6 +136,21 @@ func (p *cronParser) storeExpressionVals(s string, typ int) {
 	}
 	c := s[i]
 	if c >= 'A' && c <= 'Z' && s != "L" && s != "LW" && !matchesLastOffset(s) {
+		switch typ {
+		case fMonth, fDayOfWeek:
+			if len(s) < 3 {
+				fail(0, "%q is not a %s name; use three letters (%s)", s, fieldNames[typ], map[int]string{fMonth: "JAN-DEC", fDayOfWeek: "SUN-SAT"}[typ])
+			}
+		case fDayOfMonth:
+			if c == 'L' || c == 'W' {
+				fail(0, "invalid use of 'L' or 'W'; the day-of-month field takes L, L-n, LW, L-nW or nW (n a day)")
+			}
+			fail(0, "letters are only allowed in the month and day-of-week fields")
+		case fYear:
+			fail(0, "the year field takes numbers, e.g. 2027 or 2026-2030")
+		default:
+			fail(0, "letters are only allowed in the month and day-of-week fields (and L, W in the day fields)")
+		}
 		sub := substring(s, i, i+3)
 		sval, eval := -1, -1
 		switch typ {
@@ -147,6 +162,9 @@ func (p *cronParser) storeExpressionVals(s string, typ int) {
 			sval = v
 			if len(s) > i+3 && s[i+3] == '-' {
 				i += 4
+				if len(s) < i+3 {
+					fail(i, "'-' must be followed by a three-letter month name (JAN-DEC)")
+				}
 				sub = substring(s, i, i+3)
 				v, ok := monthNames[sub]
 				if !ok {
@@ -164,6 +182,9 @@ func (p *cronParser) storeExpressionVals(s string, typ int) {
 				switch s[i+3] {
 				case '-':
 					i += 4
+					if len(s) < i+3 {
+						fail(i, "'-' must be followed by a three-letter day name (SUN-SAT)")
+					}
 					sub = substring(s, i, i+3)
 					v, ok := dayNames[sub]
 					if !ok {
@@ -343,7 +364,10 @@ func (p *cronParser) checkNext(pos int, s string, val, typ int) {
 		return
 	case '-':
 		i++
-		c = charAt(s, i)
+		if i >= len(s) {
+			fail(i, "'-' must be followed by a number")
+		}
+		c = s[i]
 		if !isDigit(c) {
 			fail(i, "'-' must be followed by a number")
 		}
