@@ -242,3 +242,36 @@ func TestFireTimesPreview(t *testing.T) {
 		t.Errorf("preview changed the trigger: %v", tr.NextFireTime)
 	}
 }
+
+func TestMisfireCalendarAndDailyKinds(t *testing.T) {
+	now := mustParse(t, "2026-03-10T10:07:30.250Z")
+	for _, c := range []struct {
+		name, misfire, want string
+	}{
+		{"smart", "", "2026-03-10T10:07:30.250Z"},
+		{"fire_once_now", "fire_once_now", "2026-03-10T10:07:30.250Z"},
+		{"do_nothing", "do_nothing", "2026-03-11T09:00:00Z"},
+		{"ignore", "ignore_misfire_policy", "2026-03-09T09:00:00Z"},
+	} {
+		ci := Definition{CalendarInterval: &CalendarIntervalSchedule{Interval: 1, Unit: "day"}, Misfire: c.misfire, StartAt: ptr(mustParse(t, "2026-03-09T09:00:00Z"))}
+		dti := Definition{DailyTimeInterval: &DailyTimeIntervalSchedule{StartTimeOfDay: "09:00", EndTimeOfDay: "09:00", Interval: 1, Unit: "hour", RepeatCount: -1}, Misfire: c.misfire, StartAt: ptr(mustParse(t, "2026-03-09T08:00:00Z"))}
+		for _, def := range []Definition{ci, dti} {
+			tr, err := New(def, mustParse(t, "2026-03-01T00:00:00Z"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tr.IgnoresMisfires() {
+				tr.UpdateAfterMisfire(nil, now)
+			}
+			if got := FormatTime(tr.NextFireTime); got != c.want {
+				t.Errorf("%s %+v: next %s, want %s", c.name, def, got, c.want)
+			}
+		}
+	}
+	// An unknown instruction for the kind is refused.
+	err := Definition{CalendarInterval: &CalendarIntervalSchedule{Interval: 1, Unit: "day"}, Misfire: "fire_now"}.Validate()
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "misfire" {
+		t.Errorf("got %v", err)
+	}
+}
