@@ -21,12 +21,6 @@ func TestQuartzExtraVectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	type line struct {
-		Def      json.RawMessage `json:"def"`
-		Calendar json.RawMessage `json:"calendar"`
-		Fires    []string        `json:"fires"`
-		Final    *string         `json:"final"`
-	}
 	groups := map[string][][]byte{}
 	var order []string
 	sc := bufio.NewScanner(f)
