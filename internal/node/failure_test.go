@@ -73,10 +73,12 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 			t.Fatalf("schedule_job: %+v", out.Error)
 		}
 	}
-	time.Sleep(time.Until(t0.Add(time.Second))) // the outage starts one second into the fires
+	e.waitFor(20*time.Second, "the fires to be under way", func() bool { // the outage starts in the middle of them
+		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) >= 100
+	})
 	srv.Shutdown()
 	firedDuringOutage := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired)
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // how long the outage lasts, not a wait for something
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
