@@ -16,8 +16,7 @@ func LoadCalendars(ctx context.Context, tx pgx.Tx, namespace string, names []str
 	if len(names) == 0 {
 		return cals, nil
 	}
-	rows, err := tx.Query(ctx, `select calendar_name, calendar from calendars where sched_name = $1 and calendar_name = any($2)`,
-		namespace, names)
+	rows, err := tx.Query(ctx, queries.Get("LoadCalendars"), namespace, names)
 	if err != nil {
 		return nil, fmt.Errorf("loading calendars: %w", err)
 	}

@@ -55,12 +55,7 @@ func InsertFired(ctx context.Context, tx pgx.Tx, namespace, instanceID, state st
 		ids[i], tg[i], tn[i], jg[i], jn[i] = c.FireID, c.TriggerGroup, c.TriggerName, c.JobGroup, c.JobName
 		sched[i], nc[i], rr[i], prio[i] = c.SchedTime, c.Nonconcurrent, c.RequestsRecovery, int32(c.Priority)
 	}
-	_, err := tx.Exec(ctx, `
-		insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name,
-			instance_id, fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
-		select $1, id, tg, tn, jg, jn, $2, $3, st, $4, nc, rr, pr
-		from unnest($5::uuid[], $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[],
-			$11::bool[], $12::bool[], $13::int[]) as c(id, tg, tn, jg, jn, st, nc, rr, pr)`,
+	_, err := tx.Exec(ctx, queries.Get("InsertFired"),
 		namespace, instanceID, now, state, ids, tg, tn, jg, jn, sched, nc, rr, prio)
 	if err != nil {
 		return fmt.Errorf("inserting %d fired-trigger rows: %w", n, err)
@@ -73,7 +68,7 @@ func DeleteFired(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `delete from fired_triggers where entry_id = any($1)`, ids); err != nil {
+	if _, err := tx.Exec(ctx, queries.Get("DeleteFired"), ids); err != nil {
 		return fmt.Errorf("deleting %d fired-trigger rows: %w", len(ids), err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package store
 
 import (
+	_ "embed"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -15,6 +16,12 @@ func sqlDir() fs.FS {
 	}
 	return sub
 }
+
+//go:embed queries.sql
+var queriesSQL string
+
+// queries are the store's own statements.
+var queries = ParseQueries(queriesSQL)
 
 // Queries splits an embedded .sql file into named statements: each starts at a line
 // "-- name: <Name>" and runs to the next one. Packages keep their SQL in such a file instead of

@@ -67,9 +67,7 @@ const (
 // trigger or fired-trigger rows takes it first.
 func WithLock(ctx context.Context, tx pgx.Tx, namespace, name string) error {
 	var one int
-	err := tx.QueryRow(ctx,
-		`select 1 from locks where sched_name = $1 and lock_name = $2 for update`,
-		namespace, name).Scan(&one)
+	err := tx.QueryRow(ctx, queries.Get("Lock"), namespace, name).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("lock row %s/%s is missing; run the scheduler once to create it", namespace, name)
 	}
@@ -81,13 +79,11 @@ func WithLock(ctx context.Context, tx pgx.Tx, namespace, name string) error {
 
 // EnsureLocks inserts the lock rows of a namespace (Quartz inserts them lazily too).
 func EnsureLocks(ctx context.Context, pool *pgxpool.Pool, namespace string) error {
-	_, err := pool.Exec(ctx, `
-		insert into locks (sched_name, lock_name) values ($1, $2), ($1, $3)
-		on conflict do nothing`, namespace, LockTriggerAccess, LockStateAccess)
+	_, err := pool.Exec(ctx, queries.Get("EnsureLocks"), namespace, LockTriggerAccess, LockStateAccess)
 	if err != nil {
 		return fmt.Errorf("creating lock rows: %w", err)
 	}
-	_, err = pool.Exec(ctx, `insert into outbox_cursor (sched_name) values ($1) on conflict do nothing`, namespace)
+	_, err = pool.Exec(ctx, queries.Get("EnsureOutboxCursor"), namespace)
 	if err != nil {
 		return fmt.Errorf("creating outbox cursor: %w", err)
 	}

@@ -1,0 +1,23 @@
+-- name: Lock
+-- Quartz's StdRowLockSemaphore: the row lock is held until the transaction ends.
+select 1 from locks where sched_name = $1 and lock_name = $2 for update;
+
+-- name: EnsureLocks
+insert into locks (sched_name, lock_name) values ($1, $2), ($1, $3)
+on conflict do nothing;
+
+-- name: EnsureOutboxCursor
+insert into outbox_cursor (sched_name) values ($1) on conflict do nothing;
+
+-- name: InsertFired
+insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name,
+    instance_id, fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
+select $1, id, tg, tn, jg, jn, $2, $3, st, $4, nc, rr, pr
+from unnest($5::uuid[], $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[],
+    $11::bool[], $12::bool[], $13::int[]) as c(id, tg, tn, jg, jn, st, nc, rr, pr);
+
+-- name: DeleteFired
+delete from fired_triggers where entry_id = any($1);
+
+-- name: LoadCalendars
+select calendar_name, calendar from calendars where sched_name = $1 and calendar_name = any($2);
