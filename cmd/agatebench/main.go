@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agatesched/agate/internal/node"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -43,6 +44,8 @@ type options struct {
 	workers        int
 	concurrency    int
 	poolSize       int32
+	lockMode       string
+	partitions     int
 	lead           time.Duration
 	timeout        time.Duration
 	cpuProfile     string
@@ -133,6 +136,8 @@ Timed runs take /tmp/anchor-bench.lock if run under flock, as the anchors did:
 	f.IntVar(&o.workers, "workers", 2, "workers per workload")
 	f.IntVar(&o.concurrency, "concurrency", 200, "jobs each worker runs at once")
 	f.Int32Var(&o.poolSize, "pool-size", 8, "PostgreSQL connections per scheduler node")
+	f.StringVar(&o.lockMode, "lock-mode", "partitioned", "scheduler lock protocol: global (Quartz-exact) or partitioned")
+	f.IntVar(&o.partitions, "partitions", node.PartitionsDefault, "lock partitions with --lock-mode partitioned")
 	f.DurationVar(&o.lead, "lead", 0, "time from the start of scheduling to T0; 0 = 3s + 2 × commands × the time one calibration command took")
 	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "per workload: how long after its last due time to wait for completions")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (nodes and workers included) to this file")

@@ -179,7 +179,7 @@ func describeEnv(inf *infra, o options) envInfo {
 		PostgreSQL: shortVersion(inf.pgInfo), PGSettings: inf.settings, PrivatePG: inf.pg != nil,
 		NATS:        "embedded nats-server, JetStream file store (temporary directory), 127.0.0.1",
 		InProcess:   "scheduler nodes and workers are goroutines in the bench process (each node its own pgxpool and NATS connection)",
-		NodeConfig:  fmt.Sprintf("node.Config defaults (acquire batch 500, fire-ahead 200ms, lock mode global), pool %d conns/node", o.poolSize),
+		NodeConfig:  fmt.Sprintf("node.Config defaults (acquire batch 500, fire-ahead 200ms), lock mode %s (partitions %d), pool %d conns/node", o.lockMode, o.partitions, o.poolSize),
 		WorkerLimit: o.concurrency, Analyze: o.analyze, PGSet: o.pgSet,
 	}
 }

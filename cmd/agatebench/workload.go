@@ -179,7 +179,7 @@ func (b *bench) startNode(id, ns, dbURL string) (func() error, error) {
 		pool.Close()
 		return nil, fmt.Errorf("node %s: connecting to NATS: %w", id, err)
 	}
-	cfg := node.Config{Namespace: ns, InstanceID: id, Logger: b.compLog}
+	cfg := node.Config{Namespace: ns, InstanceID: id, Logger: b.compLog, LockMode: b.o.lockMode, Partitions: b.o.partitions}
 	done := make(chan error, 1)
 	go func() { done <- node.Run(ctx, cfg, pool, nc) }()
 	return func() error {

@@ -33,6 +33,8 @@ const (
 type Config struct {
 	Namespace  string
 	InstanceID string
+	// Locks is the lock protocol (global or partitioned).
+	Locks store.Locks
 	// Batch is the most triggers one acquire transaction claims (Quartz's
 	// batchTriggerAcquisitionMaxCount). Default 500.
 	Batch int
@@ -65,6 +67,7 @@ type Acquirer struct {
 	pool  *pgxpool.Pool
 	firer Firer
 	wake  chan struct{}
+	next  int // the partition the next pass starts with, so passes spread over partitions
 }
 
 // New builds an Acquirer.
@@ -100,7 +103,7 @@ func (a *Acquirer) Run(ctx context.Context) error {
 		switch {
 		case err != nil:
 			a.cfg.Logger.WarnContext(ctx, "acquire failed; retrying", slog.Any("error", err))
-		case res.Claimed == a.cfg.Batch:
+		case res.Full:
 			continue // more may be due right now
 		case !res.NextWaiting.IsZero():
 			// Sleep until the earliest waiting trigger enters the fire-ahead window.
@@ -121,22 +124,47 @@ func (a *Acquirer) Run(ctx context.Context) error {
 // Result says what one acquire pass did.
 type Result struct {
 	Claimed     int       // triggers claimed (fired now or scheduled)
-	FiredNow    int       // of which fired in the acquire transaction
+	FiredNow    int       // of which fired in an acquire transaction
+	Full        bool      // some partition had a full batch: more may be due
 	NextWaiting time.Time // earliest next fire time still WAITING, zero when none
 }
 
-// RunOnce is one acquire transaction.
+// RunOnce is one acquire pass: a transaction per lock partition that no other node holds (one
+// transaction in global mode).
 func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
+	var total Result
+	n := a.cfg.Locks.Count()
+	start := a.next % n
+	a.next++
+	for i := range n {
+		res, err := a.runPartition(ctx, (start+i)%n)
+		if err != nil {
+			return total, err
+		}
+		total.Claimed += res.Claimed
+		total.FiredNow += res.FiredNow
+		total.Full = total.Full || res.Claimed == a.cfg.Batch
+		if !res.NextWaiting.IsZero() && (total.NextWaiting.IsZero() || res.NextWaiting.Before(total.NextWaiting)) {
+			total.NextWaiting = res.NextWaiting
+		}
+	}
+	return total, nil
+}
+
+// runPartition is one acquire transaction in lock partition p; it does nothing when another
+// node holds the partition.
+func (a *Acquirer) runPartition(ctx context.Context, p int) (Result, error) {
 	var res Result
 	var fired []events.Event
 	var later []store.Claim
 	err := store.InTx(ctx, a.pool, func(tx pgx.Tx) error {
 		fired, later, res = nil, nil, Result{}
-		if err := store.WithLock(ctx, tx, a.cfg.Namespace, store.LockTriggerAccess); err != nil {
+		got, err := a.cfg.Locks.TryPartition(ctx, tx, p)
+		if err != nil || !got {
 			return err
 		}
 		now := a.cfg.Now()
-		claims, err := a.selectDue(ctx, tx, now)
+		claims, err := a.selectDue(ctx, tx, now, p)
 		if err != nil {
 			return err
 		}
@@ -176,9 +204,9 @@ func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time) ([]store.Claim, error) {
+func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, p int) ([]store.Claim, error) {
 	rows, err := tx.Query(ctx, queries.Get("SelectDue"), a.cfg.Namespace,
-		now.Add(a.cfg.FireAhead), now.Add(-a.cfg.MisfireThreshold), a.cfg.Batch)
+		now.Add(a.cfg.FireAhead), now.Add(-a.cfg.MisfireThreshold), a.cfg.Batch, a.cfg.Locks.Count(), p)
 	if err != nil {
 		return nil, fmt.Errorf("selecting due triggers: %w", err)
 	}
@@ -199,7 +227,7 @@ func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time) ([]s
 			}
 			seenNonconcurrent[job] = true
 		}
-		c.FireID = uuid.Must(uuid.NewV7())
+		c.FireID, c.Partition = uuid.Must(uuid.NewV7()), p
 		claims = append(claims, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -8,6 +8,7 @@ where t.sched_name = $1
   and t.state = 'WAITING'
   and t.next_fire_time <= $2
   and (t.next_fire_time >= $3 or t.misfire_instr = 'ignore_misfire_policy')
+  and t.partition % $5 = $6
 order by t.next_fire_time, t.priority desc
 limit $4;
 

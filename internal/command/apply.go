@@ -216,7 +216,7 @@ func (a *applyCtx) scheduleJob(ctx context.Context, c *ScheduleJob) (any, error)
 		next := t.NextFireTime.UTC()
 		if _, err := a.tx.Exec(ctx, queries.Get("InsertTrigger"), ns, ts.Group, ts.Name, job.Group, job.Name,
 			kindOf(t.Definition), schedule, start, t.EndAt, ts.Calendar, priority, misfireOf(t.Definition),
-			next, state, nullable(a.traceParent), tdata); err != nil {
+			next, state, nullable(a.traceParent), tdata, store.SlotOf(job.Group, job.Name)); err != nil {
 			return nil, fmt.Errorf("storing trigger %s.%s: %w", ts.Group, ts.Name, err)
 		}
 		result[i] = ScheduledTrigger{Group: ts.Group, Name: ts.Name, NextFireTime: &next}

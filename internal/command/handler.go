@@ -39,6 +39,8 @@ var BuiltinJobTypes = []string{"http", "log", "noop", "sleep"}
 type Config struct {
 	Namespace  string
 	InstanceID string
+	// Locks is the lock protocol (global or partitioned); commands take every partition.
+	Locks store.Locks
 	// JobTypes the scheduler accepts in schedule_job; anything else is rejected. Default
 	// BuiltinJobTypes.
 	JobTypes []string
@@ -146,7 +148,7 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 	var out Outcome
 	err := store.InTx(ctx, h.pool, func(tx pgx.Tx) error {
 		a.tx, a.now, a.evs = tx, h.cfg.Now(), nil
-		if err := store.WithLock(ctx, tx, h.cfg.Namespace, store.LockTriggerAccess); err != nil {
+		if err := h.cfg.Locks.All(ctx, tx); err != nil {
 			return err
 		}
 		result, err := apply(ctx, a)

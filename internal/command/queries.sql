@@ -31,8 +31,8 @@ returning job_group, job_name;
 -- name: InsertTrigger
 insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_name, kind, schedule, start_time,
                       end_time, calendar_name, priority, misfire_instr, next_fire_time, prev_fire_time,
-                      times_triggered, state, trace_context, data)
-values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, null, 0, $14, $15, $16);
+                      times_triggered, state, trace_context, data, partition)
+values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, null, 0, $14, $15, $16, $17);
 
 -- name: LoadCalendar
 select calendar from calendars where sched_name = $1 and calendar_name = $2;

@@ -37,6 +37,8 @@ const (
 type Config struct {
 	Namespace  string
 	InstanceID string
+	// Locks is the lock protocol (global or partitioned).
+	Locks store.Locks
 	// Batch is the most completions applied in one transaction. Default 500.
 	Batch int
 	// MaxWait is how long a fetch waits to fill a batch. Default 50ms.
@@ -214,7 +216,11 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (int, error) {
 	var toPublish []events.Event
 	err := store.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 		released = 0
-		if err := store.WithLock(ctx, tx, ns, store.LockTriggerAccess); err != nil {
+		jobs := make([][2]string, len(outs))
+		for i, o := range outs {
+			jobs[i] = [2]string{o.Result.Job.Group, o.Result.Job.Name}
+		}
+		if err := c.cfg.Locks.Jobs(ctx, tx, jobs); err != nil {
 			return err
 		}
 		var ids []uuid.UUID

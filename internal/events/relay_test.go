@@ -29,7 +29,7 @@ func setup(t *testing.T) (*pgxpool.Pool, jetstream.JetStream, string) {
 		t.Fatal(err)
 	}
 	ns := testenv.Namespace(t)
-	if err := store.EnsureLocks(ctx, pool, ns); err != nil {
+	if err := (store.Locks{Namespace: ns}).Ensure(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	nc, err := nats.Connect(testenv.NATS(t))

@@ -37,6 +37,8 @@ const MaxBatchDefault = 500
 type Config struct {
 	Namespace  string
 	InstanceID string
+	// Locks is the lock protocol (global or partitioned).
+	Locks store.Locks
 	// MaxBatch is the most claims fired in one transaction. Default 500.
 	MaxBatch int
 	Logger   *slog.Logger
@@ -156,20 +158,27 @@ func (f *Firer) takeDue() ([]store.Claim, time.Time) {
 	return due, next
 }
 
+// fireDeferred fires claims in a transaction per lock partition they were made under.
 func (f *Firer) fireDeferred(ctx context.Context, claims []store.Claim) error {
-	var evs []events.Event
-	err := store.InTx(ctx, f.pool, func(tx pgx.Tx) error {
-		if err := store.WithLock(ctx, tx, f.cfg.Namespace, store.LockTriggerAccess); err != nil {
-			return err
-		}
-		var err error
-		evs, err = f.FireInTx(ctx, tx, claims, true)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("firing %d triggers: %w", len(claims), err)
+	byPartition := map[int][]store.Claim{}
+	for _, c := range claims {
+		byPartition[c.Partition] = append(byPartition[c.Partition], c)
 	}
-	f.Committed(ctx, evs)
+	for p, group := range byPartition {
+		var evs []events.Event
+		err := store.InTx(ctx, f.pool, func(tx pgx.Tx) error {
+			if err := f.cfg.Locks.Partition(ctx, tx, p); err != nil {
+				return err
+			}
+			var err error
+			evs, err = f.FireInTx(ctx, tx, group, true)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("firing %d triggers: %w", len(group), err)
+		}
+		f.Committed(ctx, evs)
+	}
 	f.cfg.OnFired()
 	return nil
 }
@@ -183,7 +192,7 @@ func (f *Firer) release(ctx context.Context, claims []store.Claim) {
 	defer cancel()
 	g, n, nft, ids := keysOf(claims)
 	err := store.InTx(ctx, f.pool, func(tx pgx.Tx) error {
-		if err := store.WithLock(ctx, tx, f.cfg.Namespace, store.LockTriggerAccess); err != nil {
+		if err := f.cfg.Locks.All(ctx, tx); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, queries.Get("Release"), f.cfg.Namespace, g, n, nft); err != nil {

@@ -100,41 +100,43 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 // A node that died holding claims (kill -9: no release on the way out) is detected by the
 // database clock; its claims return to WAITING and another node fires them, once.
 func TestDeadNodesClaimsAreRecovered(t *testing.T) {
-	e := newEnv(t)
-	e.startNode("n1", nil)
-	e.startWorker("w1", nil, nil)
-	if out := e.request("schedule_job", map[string]any{"id": "later", "job": job("g", "orphan", "noop", nil, nil),
-		"triggers": []any{oneShot("g", "orphan", time.Now().Add(time.Hour))}}); !out.OK {
-		t.Fatalf("schedule_job: %+v", out.Error)
-	}
-	// What a node that acquired the trigger and then died leaves behind.
-	due := time.Now().Add(500 * time.Millisecond).UTC().Truncate(time.Millisecond)
-	for _, q := range []string{
-		`update triggers set state = 'ACQUIRED', next_fire_time = $2 where sched_name = $1`,
-		`insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,
-			fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
-		 values ($1, gen_random_uuid(), 'g', 'orphan', 'g', 'orphan', 'dead-node', now(), $2, 'ACQUIRED', false, false, 5)`,
-		`insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms)
-		 values ($1, 'dead-node', $2::timestamptz - interval '1 minute', 1000)`,
-	} {
-		// $2 is the claim's fire time; the dead node last checked in a minute before it.
-		if _, err := e.pool.Exec(t.Context(), q, e.ns, due); err != nil {
-			t.Fatalf("%s: %v", q, err)
+	lockModes(t, func(t *testing.T, mode func(*node.Config)) {
+		e := newEnv(t)
+		e.startNode("n1", mode)
+		e.startWorker("w1", nil, nil)
+		if out := e.request("schedule_job", map[string]any{"id": "later", "job": job("g", "orphan", "noop", nil, nil),
+			"triggers": []any{oneShot("g", "orphan", time.Now().Add(time.Hour))}}); !out.OK {
+			t.Fatalf("schedule_job: %+v", out.Error)
 		}
-	}
-	e.waitFor(30*time.Second, "the dead node's claim to fire and complete", func() bool {
-		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) == 1
+		// What a node that acquired the trigger and then died leaves behind.
+		due := time.Now().Add(500 * time.Millisecond).UTC().Truncate(time.Millisecond)
+		for _, q := range []string{
+			`update triggers set state = 'ACQUIRED', next_fire_time = $2 where sched_name = $1`,
+			`insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,
+				fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
+			 values ($1, gen_random_uuid(), 'g', 'orphan', 'g', 'orphan', 'dead-node', now(), $2, 'ACQUIRED', false, false, 5)`,
+			`insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms)
+			 values ($1, 'dead-node', $2::timestamptz - interval '1 minute', 1000)`,
+		} {
+			// $2 is the claim's fire time; the dead node last checked in a minute before it.
+			if _, err := e.pool.Exec(t.Context(), q, e.ns, due); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		e.waitFor(30*time.Second, "the dead node's claim to fire and complete", func() bool {
+			return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) == 1
+		})
+		if n := e.count(`select count(*) from events where sched_name = $1 and type = $2 and data->>'reason' = 'node failed'`,
+			e.ns, events.TypeTriggerReleased); n != 1 {
+			t.Errorf("%d release events for the dead node's claim, want 1", n)
+		}
+		if n := e.count(`select count(*) from scheduler_state where sched_name = $1 and instance_id = 'dead-node'`, e.ns); n != 0 {
+			t.Error("the dead node is still a cluster member")
+		}
+		if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired); n != 1 {
+			t.Errorf("fired %d times, want once", n)
+		}
 	})
-	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2 and data->>'reason' = 'node failed'`,
-		e.ns, events.TypeTriggerReleased); n != 1 {
-		t.Errorf("%d release events for the dead node's claim, want 1", n)
-	}
-	if n := e.count(`select count(*) from scheduler_state where sched_name = $1 and instance_id = 'dead-node'`, e.ns); n != 0 {
-		t.Error("the dead node is still a cluster member")
-	}
-	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired); n != 1 {
-		t.Errorf("fired %d times, want once", n)
-	}
 }
 
 // The producer's trace follows the job: the trigger row, the JobFired message and the completion
@@ -170,29 +172,31 @@ func TestTraceFollowsTheJob(t *testing.T) {
 // A node stopped gracefully gives back the claims it has not fired and leaves the cluster; the
 // next node fires them on time.
 func TestGracefulStopGivesClaimsBack(t *testing.T) {
-	e := newEnv(t)
-	stop := e.startNode("n1", func(c *node.Config) { c.FireAhead = 10 * time.Second })
-	at := time.Now().Add(4 * time.Second)
-	if out := e.request("schedule_job", map[string]any{"id": "claimed", "job": job("g", "j", "noop", nil, nil),
-		"triggers": []any{oneShot("g", "t", at)}}); !out.OK {
-		t.Fatalf("schedule_job: %+v", out.Error)
-	}
-	e.waitFor(10*time.Second, "n1 to claim the trigger ahead of time", func() bool {
-		return e.count(`select count(*) from fired_triggers where sched_name = $1 and state = 'ACQUIRED'`, e.ns) == 1
-	})
-	stop()
-	if n := e.count(`select count(*) from fired_triggers where sched_name = $1`, e.ns); n != 0 {
-		t.Errorf("%d fired rows left behind by a graceful stop", n)
-	}
-	if n := e.count(`select count(*) from triggers where sched_name = $1 and state = 'WAITING'`, e.ns); n != 1 {
-		t.Error("the claimed trigger is not WAITING again")
-	}
-	if n := e.count(`select count(*) from scheduler_state where sched_name = $1`, e.ns); n != 0 {
-		t.Error("the stopped node is still a cluster member")
-	}
-	e.startNode("n2", nil)
-	e.startWorker("w1", nil, nil)
-	e.waitFor(20*time.Second, "n2 to fire it", func() bool {
-		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) == 1
+	lockModes(t, func(t *testing.T, mode func(*node.Config)) {
+		e := newEnv(t)
+		stop := e.startNode("n1", func(c *node.Config) { mode(c); c.FireAhead = 10 * time.Second })
+		at := time.Now().Add(4 * time.Second)
+		if out := e.request("schedule_job", map[string]any{"id": "claimed", "job": job("g", "j", "noop", nil, nil),
+			"triggers": []any{oneShot("g", "t", at)}}); !out.OK {
+			t.Fatalf("schedule_job: %+v", out.Error)
+		}
+		e.waitFor(10*time.Second, "n1 to claim the trigger ahead of time", func() bool {
+			return e.count(`select count(*) from fired_triggers where sched_name = $1 and state = 'ACQUIRED'`, e.ns) == 1
+		})
+		stop()
+		if n := e.count(`select count(*) from fired_triggers where sched_name = $1`, e.ns); n != 0 {
+			t.Errorf("%d fired rows left behind by a graceful stop", n)
+		}
+		if n := e.count(`select count(*) from triggers where sched_name = $1 and state = 'WAITING'`, e.ns); n != 1 {
+			t.Error("the claimed trigger is not WAITING again")
+		}
+		if n := e.count(`select count(*) from scheduler_state where sched_name = $1`, e.ns); n != 0 {
+			t.Error("the stopped node is still a cluster member")
+		}
+		e.startNode("n2", mode)
+		e.startWorker("w1", nil, nil)
+		e.waitFor(20*time.Second, "n2 to fire it", func() bool {
+			return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) == 1
+		})
 	})
 }

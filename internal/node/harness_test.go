@@ -255,3 +255,13 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// lockModes runs a test body in both lock modes: the Quartz-exact global lock and the
+// partitioned one. The invariants must hold in each.
+func lockModes(t *testing.T, body func(t *testing.T, mode func(*node.Config))) {
+	for _, m := range []string{"global", "partitioned"} {
+		t.Run(m, func(t *testing.T) {
+			body(t, func(c *node.Config) { c.LockMode, c.Partitions = m, 4 })
+		})
+	}
+}

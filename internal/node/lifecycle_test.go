@@ -20,170 +20,174 @@ import (
 // Two nodes and two workers on one database and one JetStream: every (trigger, scheduled time)
 // fires exactly once and completes, nothing is left behind, and the log tells the whole story.
 func TestTwoNodesFireEverythingOnce(t *testing.T) {
-	e := newEnv(t)
-	e.startNode("n1", nil)
-	e.startNode("n2", nil)
-	e.startWorker("w1", nil, nil)
-	e.startWorker("w2", nil, nil)
+	lockModes(t, func(t *testing.T, mode func(*node.Config)) {
+		e := newEnv(t)
+		e.startNode("n1", mode)
+		e.startNode("n2", mode)
+		e.startWorker("w1", nil, nil)
+		e.startWorker("w2", nil, nil)
 
-	t0 := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
-	expected := map[string]bool{} // "<trigger>@<scheduled time>"
-	// 1,000 one-shot triggers due within a 2 s window: 20 jobs × 50 triggers.
-	for j := range 20 {
-		var trigs []map[string]any
-		for i := range 50 {
-			at := t0.Add(time.Duration(j*50+i) * 2 * time.Millisecond)
-			name := fmt.Sprintf("once-%02d-%02d", j, i)
-			trigs = append(trigs, oneShot("burst", name, at))
-			expected["burst."+name+"@"+at.UTC().Format(time.RFC3339Nano)] = true
+		t0 := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
+		expected := map[string]bool{} // "<trigger>@<scheduled time>"
+		// 1,000 one-shot triggers due within a 2 s window: 20 jobs × 50 triggers.
+		for j := range 20 {
+			var trigs []map[string]any
+			for i := range 50 {
+				at := t0.Add(time.Duration(j*50+i) * 2 * time.Millisecond)
+				name := fmt.Sprintf("once-%02d-%02d", j, i)
+				trigs = append(trigs, oneShot("burst", name, at))
+				expected["burst."+name+"@"+at.UTC().Format(time.RFC3339Nano)] = true
+			}
+			out := e.request("schedule_job", map[string]any{"id": fmt.Sprintf("burst-%d", j),
+				"job": job("burst", fmt.Sprintf("job-%02d", j), "noop", nil, nil), "triggers": trigs})
+			if !out.OK {
+				t.Fatalf("schedule_job burst-%d: %+v", j, out.Error)
+			}
 		}
-		out := e.request("schedule_job", map[string]any{"id": fmt.Sprintf("burst-%d", j),
-			"job": job("burst", fmt.Sprintf("job-%02d", j), "noop", nil, nil), "triggers": trigs})
-		if !out.OK {
-			t.Fatalf("schedule_job burst-%d: %+v", j, out.Error)
+		// 20 triggers repeating every 200 ms for 5 s (25 fires each).
+		for j := range 20 {
+			name := fmt.Sprintf("rep-%02d", j)
+			out := e.request("schedule_job", map[string]any{"id": "rep-" + name,
+				"job":      job("repeat", name, "noop", nil, nil),
+				"triggers": []any{repeating("repeat", name, t0, 200*time.Millisecond, 24)}})
+			if !out.OK {
+				t.Fatalf("schedule_job %s: %+v", name, out.Error)
+			}
+			for k := range 25 {
+				expected["repeat."+name+"@"+t0.Add(time.Duration(k)*200*time.Millisecond).UTC().Format(time.RFC3339Nano)] = true
+			}
 		}
-	}
-	// 20 triggers repeating every 200 ms for 5 s (25 fires each).
-	for j := range 20 {
-		name := fmt.Sprintf("rep-%02d", j)
-		out := e.request("schedule_job", map[string]any{"id": "rep-" + name,
-			"job":      job("repeat", name, "noop", nil, nil),
-			"triggers": []any{repeating("repeat", name, t0, 200*time.Millisecond, 24)}})
-		if !out.OK {
-			t.Fatalf("schedule_job %s: %+v", name, out.Error)
+		if len(expected) != 1500 {
+			t.Fatalf("test bug: %d expected fires", len(expected))
 		}
-		for k := range 25 {
-			expected["repeat."+name+"@"+t0.Add(time.Duration(k)*200*time.Millisecond).UTC().Format(time.RFC3339Nano)] = true
-		}
-	}
-	if len(expected) != 1500 {
-		t.Fatalf("test bug: %d expected fires", len(expected))
-	}
 
-	e.waitFor(60*time.Second, "1,500 completions in the log", func() bool {
-		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) >= 1500
-	})
+		e.waitFor(60*time.Second, "1,500 completions in the log", func() bool {
+			return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) >= 1500
+		})
 
-	rows, err := e.pool.Query(t.Context(), `
-		select data->'trigger'->>'group' || '.' || (data->'trigger'->>'name'), (data->>'scheduledTime')::timestamptz, count(*)
-		from events where sched_name = $1 and type = $2 group by 1, 2`, e.ns, events.TypeJobFired)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fired := map[string]bool{}
-	for rows.Next() {
-		var trig string
-		var at time.Time
-		var n int
-		if err := rows.Scan(&trig, &at, &n); err != nil {
+		rows, err := e.pool.Query(t.Context(), `
+			select data->'trigger'->>'group' || '.' || (data->'trigger'->>'name'), (data->>'scheduledTime')::timestamptz, count(*)
+			from events where sched_name = $1 and type = $2 group by 1, 2`, e.ns, events.TypeJobFired)
+		if err != nil {
 			t.Fatal(err)
 		}
-		key := trig + "@" + at.UTC().Format(time.RFC3339Nano)
-		if n != 1 {
-			t.Errorf("%s fired %d times", key, n)
+		fired := map[string]bool{}
+		for rows.Next() {
+			var trig string
+			var at time.Time
+			var n int
+			if err := rows.Scan(&trig, &at, &n); err != nil {
+				t.Fatal(err)
+			}
+			key := trig + "@" + at.UTC().Format(time.RFC3339Nano)
+			if n != 1 {
+				t.Errorf("%s fired %d times", key, n)
+			}
+			if !expected[key] {
+				t.Errorf("unexpected fire %s", key)
+			}
+			fired[key] = true
 		}
-		if !expected[key] {
-			t.Errorf("unexpected fire %s", key)
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
 		}
-		fired[key] = true
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
-	}
-	for k := range expected {
-		if !fired[k] {
-			t.Errorf("fire %s is missing", k)
+		for k := range expected {
+			if !fired[k] {
+				t.Errorf("fire %s is missing", k)
+			}
 		}
-	}
-	if n := e.count(`select count(distinct data->>'fireId') from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted); n != 1500 {
-		t.Errorf("%d distinct fires completed, want 1500", n)
-	}
-	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted); n != 1500 {
-		t.Errorf("%d completion events, want 1500 (one per fire)", n)
-	}
-	if n := e.count(`
-		select count(*) from events c where c.sched_name = $1 and c.type = $2 and not exists (
-			select 1 from events f where f.sched_name = $1 and f.type = $3 and f.data->>'fireId' = c.data->>'fireId')`,
-		e.ns, events.TypeJobCompleted, events.TypeJobFired); n != 0 {
-		t.Errorf("%d completions without a fire", n)
-	}
-	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeTriggerScheduled); n != 1020 {
-		t.Errorf("%d TriggerScheduled events, want 1020", n)
-	}
-	e.waitFor(10*time.Second, "fired rows, finished triggers and jobs to be cleaned up", func() bool {
-		return e.count(`select count(*) from fired_triggers where sched_name = $1`, e.ns) == 0 &&
-			e.count(`select count(*) from triggers where sched_name = $1`, e.ns) == 0 &&
-			e.count(`select count(*) from job_details where sched_name = $1`, e.ns) == 0
-	})
-	var late []time.Duration
-	lrows, err := e.pool.Query(t.Context(), `select (data->>'startedTime')::timestamptz - (data->>'scheduledTime')::timestamptz
-		from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for lrows.Next() {
-		var d time.Duration
-		if err := lrows.Scan(&d); err != nil {
+		if n := e.count(`select count(distinct data->>'fireId') from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted); n != 1500 {
+			t.Errorf("%d distinct fires completed, want 1500", n)
+		}
+		if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted); n != 1500 {
+			t.Errorf("%d completion events, want 1500 (one per fire)", n)
+		}
+		if n := e.count(`
+			select count(*) from events c where c.sched_name = $1 and c.type = $2 and not exists (
+				select 1 from events f where f.sched_name = $1 and f.type = $3 and f.data->>'fireId' = c.data->>'fireId')`,
+			e.ns, events.TypeJobCompleted, events.TypeJobFired); n != 0 {
+			t.Errorf("%d completions without a fire", n)
+		}
+		if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeTriggerScheduled); n != 1020 {
+			t.Errorf("%d TriggerScheduled events, want 1020", n)
+		}
+		e.waitFor(10*time.Second, "fired rows, finished triggers and jobs to be cleaned up", func() bool {
+			return e.count(`select count(*) from fired_triggers where sched_name = $1`, e.ns) == 0 &&
+				e.count(`select count(*) from triggers where sched_name = $1`, e.ns) == 0 &&
+				e.count(`select count(*) from job_details where sched_name = $1`, e.ns) == 0
+		})
+		var late []time.Duration
+		lrows, err := e.pool.Query(t.Context(), `select (data->>'startedTime')::timestamptz - (data->>'scheduledTime')::timestamptz
+			from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted)
+		if err != nil {
 			t.Fatal(err)
 		}
-		late = append(late, d)
-	}
-	slices.Sort(late)
-	t.Logf("lateness p50 %v p99 %v max %v", late[len(late)/2], late[len(late)*99/100], late[len(late)-1])
+		for lrows.Next() {
+			var d time.Duration
+			if err := lrows.Scan(&d); err != nil {
+				t.Fatal(err)
+			}
+			late = append(late, d)
+		}
+		slices.Sort(late)
+		t.Logf("lateness p50 %v p99 %v max %v", late[len(late)/2], late[len(late)*99/100], late[len(late)-1])
+	})
 }
 
 // A non-concurrent job fired every 100 ms that runs 500 ms never overlaps itself; its trigger is
 // BLOCKED while it runs and released to WAITING when it completes.
 func TestNonconcurrentJobNeverOverlaps(t *testing.T) {
-	e := newEnv(t)
-	e.startNode("n1", nil)
-	e.startWorker("w1", nil, nil)
-	e.startWorker("w2", nil, nil)
-	out := e.request("schedule_job", map[string]any{"id": "nc",
-		"job":      job("g", "slow", "sleep", map[string]any{"duration": "500ms"}, map[string]any{"nonconcurrent": true}),
-		"triggers": []any{repeating("g", "fast", time.Now(), 100*time.Millisecond, -1)}})
-	if !out.OK {
-		t.Fatalf("schedule_job: %+v", out.Error)
-	}
-	sawBlocked := false
-	e.waitFor(20*time.Second, "5 completed runs", func() bool {
-		var state string
-		if err := e.pool.QueryRow(t.Context(), `select state from triggers where sched_name = $1`, e.ns).Scan(&state); err == nil && state == "BLOCKED" {
-			sawBlocked = true
+	lockModes(t, func(t *testing.T, mode func(*node.Config)) {
+		e := newEnv(t)
+		e.startNode("n1", mode)
+		e.startWorker("w1", nil, nil)
+		e.startWorker("w2", nil, nil)
+		out := e.request("schedule_job", map[string]any{"id": "nc",
+			"job":      job("g", "slow", "sleep", map[string]any{"duration": "500ms"}, map[string]any{"nonconcurrent": true}),
+			"triggers": []any{repeating("g", "fast", time.Now(), 100*time.Millisecond, -1)}})
+		if !out.OK {
+			t.Fatalf("schedule_job: %+v", out.Error)
 		}
-		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) >= 5
-	})
-	if !sawBlocked {
-		t.Error("the trigger was never seen BLOCKED")
-	}
-	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2 and data->>'reason' = 'job completed'`,
-		e.ns, events.TypeTriggerReleased); n < 4 {
-		t.Errorf("%d BLOCKED → WAITING releases logged, want ≥ 4", n)
-	}
-	rows, err := e.pool.Query(t.Context(), `select (data->>'startedTime')::timestamptz, (data->>'finishedTime')::timestamptz
-		from events where sched_name = $1 and type = $2 order by 1`, e.ns, events.TypeJobCompleted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var prevEnd time.Time
-	runs := 0
-	for rows.Next() {
-		var start, end time.Time
-		if err := rows.Scan(&start, &end); err != nil {
+		sawBlocked := false
+		e.waitFor(20*time.Second, "5 completed runs", func() bool {
+			var state string
+			if err := e.pool.QueryRow(t.Context(), `select state from triggers where sched_name = $1`, e.ns).Scan(&state); err == nil && state == "BLOCKED" {
+				sawBlocked = true
+			}
+			return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) >= 5
+		})
+		if !sawBlocked {
+			t.Error("the trigger was never seen BLOCKED")
+		}
+		if n := e.count(`select count(*) from events where sched_name = $1 and type = $2 and data->>'reason' = 'job completed'`,
+			e.ns, events.TypeTriggerReleased); n < 4 {
+			t.Errorf("%d BLOCKED → WAITING releases logged, want ≥ 4", n)
+		}
+		rows, err := e.pool.Query(t.Context(), `select (data->>'startedTime')::timestamptz, (data->>'finishedTime')::timestamptz
+			from events where sched_name = $1 and type = $2 order by 1`, e.ns, events.TypeJobCompleted)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if start.Before(prevEnd) {
-			t.Errorf("run starting %s overlaps the previous one, which ended %s", start.Format(time.StampMilli), prevEnd.Format(time.StampMilli))
+		var prevEnd time.Time
+		runs := 0
+		for rows.Next() {
+			var start, end time.Time
+			if err := rows.Scan(&start, &end); err != nil {
+				t.Fatal(err)
+			}
+			if start.Before(prevEnd) {
+				t.Errorf("run starting %s overlaps the previous one, which ended %s", start.Format(time.StampMilli), prevEnd.Format(time.StampMilli))
+			}
+			prevEnd = end
+			runs++
 		}
-		prevEnd = end
-		runs++
-	}
-	if runs < 5 {
-		t.Errorf("%d runs", runs)
-	}
-	if n := e.count(`select count(*) from fired_triggers where sched_name = $1 and state = 'EXECUTING'`, e.ns); n > 1 {
-		t.Errorf("%d executions in flight", n)
-	}
+		if runs < 5 {
+			t.Errorf("%d runs", runs)
+		}
+		if n := e.count(`select count(*) from fired_triggers where sched_name = $1 and state = 'EXECUTING'`, e.ns); n > 1 {
+			t.Errorf("%d executions in flight", n)
+		}
+	})
 }
 
 // Bad input is rejected with a reason, recorded, and changes nothing; the consumer keeps going.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,8 +30,10 @@ import (
 type Config struct {
 	Namespace  string
 	InstanceID string
-	// LockMode is "global": one TRIGGER_ACCESS row per namespace, exactly as Quartz.
+	// LockMode is "partitioned" (Partitions rows; DESIGN §4; the default) or "global" (one
+	// TRIGGER_ACCESS row per namespace, exactly as Quartz). All nodes of a namespace use the same.
 	LockMode         string
+	Partitions       int // lock partitions in partitioned mode; default 8
 	Batch            int
 	FireAhead        time.Duration
 	PollInterval     time.Duration
@@ -46,7 +49,18 @@ type Config struct {
 }
 
 // LockModes this version implements.
-var LockModes = []string{"global"}
+var LockModes = []string{"global", "partitioned"}
+
+// PartitionsDefault is the default of Config.Partitions in partitioned mode.
+const PartitionsDefault = 8
+
+// locks is the lock protocol the configuration asks for.
+func (c Config) locks() store.Locks {
+	if c.LockMode == "global" {
+		return store.Locks{Namespace: c.Namespace}
+	}
+	return store.Locks{Namespace: c.Namespace, Partitions: cmp.Or(c.Partitions, PartitionsDefault)}
+}
 
 // Validate checks a configuration from flags or the environment.
 func (c Config) Validate() error {
@@ -56,8 +70,11 @@ func (c Config) Validate() error {
 	if c.InstanceID == "" || len(c.InstanceID) > 200 {
 		return fmt.Errorf("instance id must be 1-200 characters")
 	}
-	if c.LockMode != "" && c.LockMode != "global" {
-		return fmt.Errorf("lock mode %q is not supported; use %q", c.LockMode, "global")
+	if c.LockMode != "" && !slices.Contains(LockModes, c.LockMode) {
+		return fmt.Errorf("lock mode %q is not supported; use global or partitioned", c.LockMode)
+	}
+	if c.Partitions < 0 || c.Partitions > store.Slots {
+		return fmt.Errorf("partitions must be between 1 and %d", store.Slots)
 	}
 	return nil
 }
@@ -76,7 +93,8 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	if err := store.Migrate(ctx, pool); err != nil {
 		return err
 	}
-	if err := store.EnsureLocks(ctx, pool, ns); err != nil {
+	locks := cfg.locks()
+	if err := locks.Ensure(ctx, pool); err != nil {
 		return err
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
@@ -91,23 +109,24 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
 	var acq *acquire.Acquirer
 	wake := func() { acq.Wake() }
-	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, MaxBatch: cfg.Batch, Logger: log,
+	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, MaxBatch: cfg.Batch, Logger: log,
 		Now: cfg.Now, OnFired: wake}, pool, relay)
-	acq = acquire.New(acquire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Batch: cfg.Batch,
+	acq = acquire.New(acquire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Batch: cfg.Batch,
 		FireAhead: cfg.FireAhead, PollInterval: cfg.PollInterval, MisfireThreshold: cfg.MisfireThreshold,
 		Logger: log, Now: cfg.Now}, pool, firer)
-	commands, err := command.New(command.Config{Namespace: ns, InstanceID: cfg.InstanceID, JobTypes: cfg.JobTypes,
+	commands, err := command.New(command.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, JobTypes: cfg.JobTypes,
 		MaxBodyBytes: cfg.MaxCommandBytes, Logger: log, Now: cfg.Now, OnApplied: wake}, pool, relay)
 	if err != nil {
 		return err
 	}
-	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log,
+	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Logger: log,
 		OnReleased: wake}, pool, js, relay)
-	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID,
+	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks,
 		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
 		OnChanged: wake}, pool, relay)
 
-	log.InfoContext(ctx, "scheduler node started", slog.String("namespace", ns), slog.String("lock_mode", "global"))
+	log.InfoContext(ctx, "scheduler node started", slog.String("namespace", ns),
+		slog.String("lock_mode", cmp.Or(cfg.LockMode, "partitioned")), slog.Int("lock_partitions", locks.Count()))
 	g, ctx := errgroup.WithContext(ctx)
 	run := func(name string, f func(context.Context) error) {
 		g.Go(func() error {

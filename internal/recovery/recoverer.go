@@ -33,6 +33,8 @@ const (
 type Config struct {
 	Namespace  string
 	InstanceID string
+	// Locks is the lock protocol (global or partitioned); recovery takes every partition.
+	Locks store.Locks
 	// CheckinInterval is how often this node checks in and scans. Default 5s.
 	CheckinInterval time.Duration
 	// MisfireThreshold is how late a trigger may be before its misfire instruction applies
@@ -119,7 +121,7 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 		if len(failed) == 0 {
 			return nil
 		}
-		if err := store.WithLock(ctx, tx, ns, store.LockTriggerAccess); err != nil {
+		if err := r.cfg.Locks.All(ctx, tx); err != nil {
 			return err
 		}
 		released, err := tx.Query(ctx, queries.Get("ReleaseAcquired"), ns, failed)
@@ -171,7 +173,7 @@ func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
 	var evs []events.Event
 	err := store.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		evs = nil
-		if err := store.WithLock(ctx, tx, ns, store.LockTriggerAccess); err != nil {
+		if err := r.cfg.Locks.All(ctx, tx); err != nil {
 			return err
 		}
 		now := r.cfg.Now()
@@ -272,7 +274,7 @@ func (r *Recoverer) Leave(ctx context.Context) error {
 	ns := r.cfg.Namespace
 	released := 0
 	err := store.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		if err := store.WithLock(ctx, tx, ns, store.LockTriggerAccess); err != nil {
+		if err := r.cfg.Locks.All(ctx, tx); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, queries.Get("ReleaseAcquired"), ns, []string{r.cfg.InstanceID})

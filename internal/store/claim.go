@@ -38,6 +38,7 @@ type Claim struct {
 	Priority         int
 	Nonconcurrent    bool
 	RequestsRecovery bool
+	Partition        int // the lock partition the claim was made under (Locks)
 }
 
 // InsertFired writes the fired_triggers rows of claims in one statement.

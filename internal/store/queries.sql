@@ -2,9 +2,11 @@
 -- Quartz's StdRowLockSemaphore: the row lock is held until the transaction ends.
 select 1 from locks where sched_name = $1 and lock_name = $2 for update;
 
--- name: EnsureLocks
-insert into locks (sched_name, lock_name) values ($1, $2), ($1, $3)
-on conflict do nothing;
+-- name: EnsureLock
+insert into locks (sched_name, lock_name) values ($1, $2) on conflict do nothing;
+
+-- name: TryLock
+select 1 from locks where sched_name = $1 and lock_name = $2 for update skip locked;
 
 -- name: EnsureOutboxCursor
 insert into outbox_cursor (sched_name) values ($1) on conflict do nothing;

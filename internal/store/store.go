@@ -56,7 +56,8 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error 
 
 // Lock names of the Quartz lock protocol.
 const (
-	// LockTriggerAccess serialises acquire, fire, completion-release and trigger writes.
+	// LockTriggerAccess serialises acquire, fire, completion-release and trigger writes (one row
+	// in global mode, one per partition in partitioned mode: see Locks).
 	LockTriggerAccess = "TRIGGER_ACCESS"
 	// LockStateAccess serialises cluster check-in and recovery.
 	LockStateAccess = "STATE_ACCESS"
@@ -73,19 +74,6 @@ func WithLock(ctx context.Context, tx pgx.Tx, namespace, name string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("taking lock %s: %w", name, err)
-	}
-	return nil
-}
-
-// EnsureLocks inserts the lock rows of a namespace (Quartz inserts them lazily too).
-func EnsureLocks(ctx context.Context, pool *pgxpool.Pool, namespace string) error {
-	_, err := pool.Exec(ctx, queries.Get("EnsureLocks"), namespace, LockTriggerAccess, LockStateAccess)
-	if err != nil {
-		return fmt.Errorf("creating lock rows: %w", err)
-	}
-	_, err = pool.Exec(ctx, queries.Get("EnsureOutboxCursor"), namespace)
-	if err != nil {
-		return fmt.Errorf("creating outbox cursor: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Slots is the number of partition slots a trigger's job hashes to (triggers.partition). A lock
+// partition covers the slots equal to it modulo the partition count, so the count can change
+// between restarts without stranding a trigger.
+const Slots = 1024
+
+// Locks is the lock protocol of one namespace, in one of two modes (DESIGN §4):
+//
+//   - global (Partitions ≤ 1): one TRIGGER_ACCESS row serialises every acquire, fire,
+//     completion and trigger write, exactly as Quartz;
+//   - partitioned (Partitions = P > 1): rows TRIGGER_ACCESS/0 … /P-1. A trigger belongs to the
+//     partition of its job (so a non-concurrent job's triggers block each other locally); acquirers
+//     take any free partition with SKIP LOCKED, so nodes do not queue behind each other, and writes
+//     that span jobs take the partitions they touch in ascending order, so they cannot deadlock.
+//
+// Every path takes its locks through these methods; each holds them until its transaction ends.
+type Locks struct {
+	Namespace  string
+	Partitions int
+}
+
+// Count is the number of lock partitions (1 in global mode).
+func (l Locks) Count() int { return max(l.Partitions, 1) }
+
+// SlotOf is the partition slot of a job, stored in its triggers' partition column.
+func SlotOf(jobGroup, jobName string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(jobGroup))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(jobName))
+	return int(h.Sum32() % Slots)
+}
+
+// PartitionOf is the lock partition of a job.
+func (l Locks) PartitionOf(jobGroup, jobName string) int {
+	return SlotOf(jobGroup, jobName) % l.Count()
+}
+
+func (l Locks) name(p int) string {
+	if l.Count() == 1 {
+		return LockTriggerAccess
+	}
+	return LockTriggerAccess + "/" + strconv.Itoa(p)
+}
+
+// Ensure inserts the namespace's lock rows (Quartz inserts them lazily too) and its outbox cursor.
+func (l Locks) Ensure(ctx context.Context, pool *pgxpool.Pool) error {
+	for p := range l.Count() {
+		if _, err := pool.Exec(ctx, queries.Get("EnsureLock"), l.Namespace, l.name(p)); err != nil {
+			return fmt.Errorf("creating lock rows: %w", err)
+		}
+	}
+	if _, err := pool.Exec(ctx, queries.Get("EnsureLock"), l.Namespace, LockStateAccess); err != nil {
+		return fmt.Errorf("creating lock rows: %w", err)
+	}
+	if _, err := pool.Exec(ctx, queries.Get("EnsureOutboxCursor"), l.Namespace); err != nil {
+		return fmt.Errorf("creating outbox cursor: %w", err)
+	}
+	return nil
+}
+
+// Partition takes lock partition p, waiting for it.
+func (l Locks) Partition(ctx context.Context, tx pgx.Tx, p int) error {
+	return WithLock(ctx, tx, l.Namespace, l.name(p))
+}
+
+// TryPartition takes lock partition p if no other transaction holds it. In global mode it waits
+// for the single lock, as Quartz's acquirers do.
+func (l Locks) TryPartition(ctx context.Context, tx pgx.Tx, p int) (bool, error) {
+	if l.Count() == 1 {
+		return true, l.Partition(ctx, tx, p)
+	}
+	var one int
+	err := tx.QueryRow(ctx, queries.Get("TryLock"), l.Namespace, l.name(p)).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("taking lock %s: %w", l.name(p), err)
+	}
+	return true, nil
+}
+
+// Jobs takes the partitions of the given jobs, in ascending order.
+func (l Locks) Jobs(ctx context.Context, tx pgx.Tx, jobs [][2]string) error {
+	need := make([]bool, l.Count())
+	for _, j := range jobs {
+		need[l.PartitionOf(j[0], j[1])] = true
+	}
+	for p, ok := range need {
+		if ok {
+			if err := l.Partition(ctx, tx, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// All takes every partition, in ascending order: for writes whose jobs are not known up front
+// (commands, recovery).
+func (l Locks) All(ctx context.Context, tx pgx.Tx) error {
+	for p := range l.Count() {
+		if err := l.Partition(ctx, tx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
