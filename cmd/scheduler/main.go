@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/agatesched/agate/internal/acquire"
 	"github.com/agatesched/agate/internal/command"
+	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/natsconn"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
@@ -52,16 +51,6 @@ func env(key, def string) string {
 		return v
 	}
 	return def
-}
-
-func defaultInstanceID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "scheduler"
-	}
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return host + "-" + hex.EncodeToString(b)
 }
 
 func rootCommand() *cobra.Command {
@@ -126,7 +115,7 @@ Commands:
 func addNodeFlags(cmd *cobra.Command, o *options) {
 	f := cmd.Flags()
 	f.StringVar(&o.node.Namespace, "namespace", env("AGATE_NAMESPACE", "default"), "scheduler namespace, Quartz's scheduler name (env AGATE_NAMESPACE)")
-	f.StringVar(&o.node.InstanceID, "instance-id", env("AGATE_INSTANCE_ID", defaultInstanceID()), "this node's id in the cluster (env AGATE_INSTANCE_ID; default host name + random suffix)")
+	f.StringVar(&o.node.InstanceID, "instance-id", env("AGATE_INSTANCE_ID", events.NewInstanceID("scheduler")), "this node's id in the cluster (env AGATE_INSTANCE_ID; default host name + random suffix)")
 	f.StringVar(&o.node.LockMode, "lock-mode", env("AGATE_LOCK_MODE", "partitioned"), "lock protocol: partitioned (--partitions rows; nodes acquire different partitions at once) or global (one TRIGGER_ACCESS row, exactly as Quartz); every node of a namespace must use the same (env AGATE_LOCK_MODE)")
 	f.IntVar(&o.node.Partitions, "partitions", node.PartitionsDefault, "lock partitions in partitioned mode; a job's triggers share one")
 	f.IntVar(&o.node.Batch, "batch", 500, "most triggers acquired and fired in one transaction")

@@ -6,8 +6,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -135,7 +133,7 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 		return fmt.Errorf("--namespace: %w", err)
 	}
 	if o.instanceID == "" {
-		o.instanceID = defaultInstanceID()
+		o.instanceID = events.NewInstanceID("worker")
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -191,15 +189,4 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	log.Info("connected to NATS", "server", natsconn.Redact(nc.ConnectedUrl()), "instance", o.instanceID)
 	return w.Run(ctx)
-}
-
-// defaultInstanceID is the host name and a random suffix, so two workers on one host differ.
-func defaultInstanceID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "worker"
-	}
-	b := make([]byte, 3)
-	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
-	return host + "-" + hex.EncodeToString(b)
 }

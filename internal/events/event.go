@@ -1,8 +1,11 @@
 package events
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/google/uuid"
@@ -141,4 +144,17 @@ type JobError struct {
 	Retryable bool   `json:"retryable"`
 	// Final is true when no further attempt follows: the scheduler then releases the trigger.
 	Final bool `json:"final"`
+}
+
+// NewInstanceID is the default id of a process in the cluster (and in its events' source): the
+// host name and a random suffix, so two processes on one host differ. fallback stands in for an
+// unknown host name.
+func NewInstanceID(fallback string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = fallback
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
+	return host + "-" + hex.EncodeToString(b)
 }
