@@ -306,7 +306,7 @@ func (f *Firer) FireInTx(ctx context.Context, tx pgx.Tx, claims []store.Claim, a
 		uexpect := make([]string, k)
 		for i, fi := range fires {
 			ug[i], un[i], us[i] = fi.claim.TriggerGroup, fi.claim.TriggerName, fi.state
-			unext[i], uprev[i] = timePtr(fi.trig.NextFireTime), timePtr(fi.trig.PreviousFireTime)
+			unext[i], uprev[i] = store.NullTime(fi.trig.NextFireTime), store.NullTime(fi.trig.PreviousFireTime)
 			utimes[i], uold[i], uexpect[i] = int32(fi.trig.TimesTriggered), fi.claim.SchedTime, expect
 		}
 		rows, err := tx.Query(ctx, queries.Get("UpdateTriggers"), ns, ug, un, us, unext, uprev, utimes, uold, uexpect)
@@ -379,7 +379,7 @@ func (f *Firer) FireInTx(ctx context.Context, tx pgx.Tx, claims []store.Claim, a
 			Data:          data,
 			ScheduledTime: fi.claim.SchedTime.UTC(),
 			FiredTime:     now.UTC(),
-			NextFireTime:  timePtr(fi.trig.NextFireTime),
+			NextFireTime:  store.NullTime(fi.trig.NextFireTime),
 			Nonconcurrent: fi.claim.Nonconcurrent,
 		}
 		if fi.row.prev != nil {
@@ -448,12 +448,4 @@ func mergeData(jobData, triggerData []byte) (json.RawMessage, error) {
 	}
 	maps.Copy(m, t)
 	return json.Marshal(m)
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
 }

@@ -225,12 +225,12 @@ func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
 				return fmt.Errorf("encoding trigger schedule: %w", err)
 			}
 			if _, err := tx.Exec(ctx, queries.Get("UpdateMisfired"), ns, m.key.Group, m.key.Name,
-				timePtr(t.NextFireTime), timePtr(t.PreviousFireTime), t.TimesTriggered, schedule, m.next); err != nil {
+				store.NullTime(t.NextFireTime), store.NullTime(t.PreviousFireTime), t.TimesTriggered, schedule, m.next); err != nil {
 				return fmt.Errorf("rescheduling misfired trigger %s: %w", m.key, err)
 			}
 			ev, err := events.New(events.TypeTriggerMisfired, events.Source(ns, r.cfg.InstanceID), events.AggregateTrigger,
 				m.key.String(), events.Subjects(ns).Evt("trigger"), now, map[string]any{
-					"trigger": m.key, "missedFireTime": m.next.UTC(), "nextFireTime": timePtr(t.NextFireTime),
+					"trigger": m.key, "missedFireTime": m.next.UTC(), "nextFireTime": store.NullTime(t.NextFireTime),
 					"instruction": cmp.Or(def.Misfire, "smart_policy")})
 			if err != nil {
 				return err
@@ -257,14 +257,6 @@ func (r *Recoverer) publish(ctx context.Context, evs []events.Event) {
 		r.cfg.Logger.WarnContext(ctx, "publishing recovery events failed; the outbox sweep will publish them",
 			slog.Any("error", err))
 	}
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
 }
 
 // Leave is a graceful exit from the cluster: this node's claims not yet fired go back to WAITING

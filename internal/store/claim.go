@@ -74,3 +74,13 @@ func DeleteFired(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) error {
 	}
 	return nil
 }
+
+// NullTime is t in UTC for a nullable timestamptz column (and JSON field): nil for the zero time,
+// which the trigger package uses for "none".
+func NullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
