@@ -75,6 +75,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.pool.Close)
+	t.Cleanup(e.checkContract) // runs before the pool closes: cleanups run last-in first-out
 	if e.nc, err = nats.Connect(e.natsURL); err != nil {
 		t.Fatal(err)
 	}
