@@ -2,7 +2,7 @@
 # Makes sure PostgreSQL server binaries (initdb, pg_ctl, postgres) and the
 # `postgres` OS user exist, installing Debian's postgresql package if needed.
 # Idempotent and quiet when everything is already there. Tests and
-# `scheduler dev` find the binaries the same way (internal/localpg).
+# `scheduler dev` find the binaries the same way (internal/devenv/localpg).
 set -euo pipefail
 
 has_server() {

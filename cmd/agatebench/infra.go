@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agatesched/agate/internal/localpg"
-	"github.com/agatesched/agate/internal/natsembed"
+	"github.com/agatesched/agate/internal/devenv/localpg"
+	"github.com/agatesched/agate/internal/devenv/natsembed"
 )
 
 // infra is the PostgreSQL server and the JetStream server every workload shares.

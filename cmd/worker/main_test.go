@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/events"
-	"github.com/agatesched/agate/internal/testenv"
+	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 func TestMain(m *testing.M) {

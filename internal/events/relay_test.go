@@ -12,7 +12,7 @@ import (
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/store"
-	"github.com/agatesched/agate/internal/testenv"
+	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
-	"github.com/agatesched/agate/internal/testenv"
+	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 // A trigger scheduled to fire before the node's next poll fires on time: applying the command

@@ -20,7 +20,7 @@ import (
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
-	"github.com/agatesched/agate/internal/testenv"
+	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/worker"
 	"github.com/agatesched/agate/schemas"
 )

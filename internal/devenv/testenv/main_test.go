@@ -3,7 +3,7 @@ package testenv_test
 import (
 	"testing"
 
-	"github.com/agatesched/agate/internal/testenv"
+	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -39,8 +39,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
-	"github.com/agatesched/agate/internal/localpg"
-	"github.com/agatesched/agate/internal/natsembed"
+	"github.com/agatesched/agate/internal/devenv/localpg"
+	"github.com/agatesched/agate/internal/devenv/natsembed"
 )
 
 // mainCalled records that the package's TestMain uses [Main], without which

@@ -12,7 +12,7 @@ import (
 )
 
 // repoRoot is the module root, where compose.yaml and the Dockerfile live.
-const repoRoot = "../.."
+const repoRoot = "../../.."
 
 // instruction is one Dockerfile instruction, continuation lines joined.
 type instruction struct {

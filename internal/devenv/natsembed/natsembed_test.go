@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agatesched/agate/internal/natsembed"
+	"github.com/agatesched/agate/internal/devenv/natsembed"
 )
 
 func start(t *testing.T, cfg natsembed.Config) *natsembed.Server {

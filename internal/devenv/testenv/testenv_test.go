@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agatesched/agate/internal/testenv"
+	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 func connect(t *testing.T, url string) *pgx.Conn {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agatesched/agate/internal/localpg"
+	"github.com/agatesched/agate/internal/devenv/localpg"
 )
 
 func start(t *testing.T, cfg localpg.Config) *localpg.Cluster {

@@ -12,6 +12,6 @@
 // The compose.yaml tests (compose_test.go) are behind the composecheck build tag until go.mod
 // lists compose-go's own dependencies: run them with `go test -tags composecheck`.
 //
-// The tests read files relative to this directory (../../compose.yaml and so on) and run in well
+// The tests read files relative to this directory (../../../compose.yaml and so on) and run in well
 // under a second, without network or containers.
 package composecheck
