@@ -20,9 +20,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agatesched/agate/internal/command"
-	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/devenv/localpg"
 	"github.com/agatesched/agate/internal/devenv/natsembed"
+	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/worker"

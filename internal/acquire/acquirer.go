@@ -6,14 +6,17 @@ import (
 	_ "embed"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/testsignal"
+	"github.com/agatesched/agate/internal/wake"
 )
 
 //go:embed queries.sql
@@ -48,30 +51,39 @@ type Config struct {
 	Logger           *slog.Logger
 	// Now is the node clock; tests inject one.
 	Now func() time.Time
+	// Wake makes the loop acquire at once instead of at its next planned pass: the steps that
+	// change triggers notify it.
+	Wake *wake.Signal
 }
 
-// Firer is the hand-off to step ③, implemented by fire.Firer and wired in cmd/scheduler.
+// Firer fires claims that are already due inside the acquire transaction (fire.Firer).
 type Firer interface {
-	// FireInTx fires claims inside tx. acquired says whether their triggers are ACQUIRED with a
-	// fired row already (deferred fire) or still WAITING (fired in the acquire transaction).
-	FireInTx(ctx context.Context, tx pgx.Tx, claims []store.Claim, acquired bool) ([]events.Event, error)
-	// Committed publishes the events of a committed fire transaction.
-	Committed(ctx context.Context, evs []events.Event)
-	// Schedule takes claims that are due later; the Firer fires them at their time.
-	Schedule(claims []store.Claim)
+	Fire(ctx context.Context, tx *outbox.Tx, claims []store.Claim) (int, error)
+}
+
+// Queue takes claims made ahead of their fire time and fires each when due (fire.Queue).
+type Queue interface {
+	Add(claims []store.Claim)
 }
 
 // Acquirer runs the acquire loop.
 type Acquirer struct {
-	cfg   Config
-	pool  *pgxpool.Pool
-	firer Firer
-	wake  chan struct{}
-	next  int // the partition the next pass starts with, so passes spread over partitions
+	cfg    Config
+	outbox *outbox.Outbox
+	firer  Firer
+	queue  Queue
+	next   int // the partition the next pass starts with, so passes spread over partitions
+
+	TestSignals TestSignals
 }
 
-// New builds an Acquirer.
-func New(cfg Config, pool *pgxpool.Pool, firer Firer) *Acquirer {
+// TestSignals tell tests what the loop did.
+type TestSignals struct {
+	Pass testsignal.Signal[Result] // a pass ended (its result)
+}
+
+// New builds an Acquirer that hands due claims to firer and later ones to queue.
+func New(cfg Config, ob *outbox.Outbox, firer Firer, queue Queue) *Acquirer {
 	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
 	cfg.FireAhead = cmp.Or(cfg.FireAhead, FireAheadDefault)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
@@ -80,16 +92,7 @@ func New(cfg Config, pool *pgxpool.Pool, firer Firer) *Acquirer {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Acquirer{cfg: cfg, pool: pool, firer: firer, wake: make(chan struct{}, 1)}
-}
-
-// Wake makes the loop acquire now instead of at its next planned time: called when a trigger was
-// scheduled, fired (its next fire may be due soon) or released.
-func (a *Acquirer) Wake() {
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
+	return &Acquirer{cfg: cfg, outbox: ob, firer: firer, queue: queue}
 }
 
 // Run acquires until ctx is cancelled.
@@ -99,6 +102,7 @@ func (a *Acquirer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		a.TestSignals.Pass.Signal(res)
 		wait := a.cfg.PollInterval
 		switch {
 		case err != nil:
@@ -114,7 +118,7 @@ func (a *Acquirer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
-		case <-a.wake:
+		case <-a.cfg.Wake.C():
 		case <-t.C:
 		}
 		t.Stop()
@@ -152,13 +156,13 @@ func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
 }
 
 // runPartition is one acquire transaction in lock partition p; it does nothing when another
-// node holds the partition.
+// node holds the partition. Claims already due are fired in it; later ones are marked ACQUIRED
+// and handed to the queue after commit.
 func (a *Acquirer) runPartition(ctx context.Context, p int) (Result, error) {
 	var res Result
-	var fired []events.Event
 	var later []store.Claim
-	err := store.InTx(ctx, a.pool, func(tx pgx.Tx) error {
-		fired, later, res = nil, nil, Result{}
+	err := a.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+		later, res = nil, Result{}
 		got, err := a.cfg.Locks.TryPartition(ctx, tx, p)
 		if err != nil || !got {
 			return err
@@ -171,37 +175,39 @@ func (a *Acquirer) runPartition(ctx context.Context, p int) (Result, error) {
 		var due []store.Claim
 		for _, c := range claims {
 			if c.SchedTime.After(now) {
+				c.Ahead = true
 				later = append(later, c)
 			} else {
 				due = append(due, c)
 			}
 		}
-		if len(later) > 0 {
-			if later, err = a.markAcquired(ctx, tx, later, now); err != nil {
-				return err
-			}
+		if later, err = a.markAcquired(ctx, tx, later, now); err != nil {
+			return err
 		}
-		if len(due) > 0 {
-			if fired, err = a.firer.FireInTx(ctx, tx, due, false); err != nil {
-				return err
-			}
+		if res.FiredNow, err = a.firer.Fire(ctx, tx, due); err != nil {
+			return err
 		}
-		res.Claimed, res.FiredNow = len(claims), len(fired)
-		var next *time.Time
-		if err := tx.QueryRow(ctx, queries.Get("NextWaiting"), a.cfg.Namespace).Scan(&next); err != nil {
-			return fmt.Errorf("reading next fire time: %w", err)
-		}
-		if next != nil {
-			res.NextWaiting = *next
-		}
-		return nil
+		res.Claimed = len(claims)
+		res.NextWaiting, err = a.nextWaiting(ctx, tx)
+		return err
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("acquiring triggers: %w", err)
 	}
-	a.firer.Committed(ctx, fired)
-	a.firer.Schedule(later)
+	a.queue.Add(later)
 	return res, nil
+}
+
+// nextWaiting is the earliest next fire time of a WAITING trigger, zero when none.
+func (a *Acquirer) nextWaiting(ctx context.Context, tx pgx.Tx) (time.Time, error) {
+	var next *time.Time
+	if err := tx.QueryRow(ctx, queries.Get("NextWaiting"), a.cfg.Namespace).Scan(&next); err != nil {
+		return time.Time{}, fmt.Errorf("reading next fire time: %w", err)
+	}
+	if next == nil {
+		return time.Time{}, nil
+	}
+	return *next, nil
 }
 
 func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, p int) ([]store.Claim, error) {
@@ -213,7 +219,7 @@ func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, p in
 	defer rows.Close()
 	var claims []store.Claim
 	// Quartz acquires at most one trigger of a non-concurrent job per batch.
-	seenNonconcurrent := map[[2]string]bool{}
+	seenNonconcurrent := map[events.Key]bool{}
 	for rows.Next() {
 		var c store.Claim
 		if err := rows.Scan(&c.TriggerGroup, &c.TriggerName, &c.JobGroup, &c.JobName, &c.SchedTime,
@@ -221,11 +227,10 @@ func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, p in
 			return nil, fmt.Errorf("reading due trigger: %w", err)
 		}
 		if c.Nonconcurrent {
-			job := [2]string{c.JobGroup, c.JobName}
-			if seenNonconcurrent[job] {
+			if seenNonconcurrent[c.Job()] {
 				continue
 			}
-			seenNonconcurrent[job] = true
+			seenNonconcurrent[c.Job()] = true
 		}
 		c.FireID, c.Partition = uuid.Must(uuid.NewV7()), p
 		claims = append(claims, c)
@@ -239,6 +244,9 @@ func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, p in
 // markAcquired moves later-due triggers to ACQUIRED and writes their fired rows; it returns the
 // claims whose guarded update matched.
 func (a *Acquirer) markAcquired(ctx context.Context, tx pgx.Tx, claims []store.Claim, now time.Time) ([]store.Claim, error) {
+	if len(claims) == 0 {
+		return nil, nil
+	}
 	g, n, nft := make([]string, len(claims)), make([]string, len(claims)), make([]time.Time, len(claims))
 	for i, c := range claims {
 		g[i], n[i], nft[i] = c.TriggerGroup, c.TriggerName, c.SchedTime
@@ -247,25 +255,15 @@ func (a *Acquirer) markAcquired(ctx context.Context, tx pgx.Tx, claims []store.C
 	if err != nil {
 		return nil, fmt.Errorf("marking triggers acquired: %w", err)
 	}
-	ok := map[[2]string]bool{}
-	for rows.Next() {
-		var k [2]string
-		if err := rows.Scan(&k[0], &k[1]); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("marking triggers acquired: %w", err)
-		}
-		ok[k] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	keys, err := pgx.CollectRows(rows, store.ScanKey)
+	if err != nil {
 		return nil, fmt.Errorf("marking triggers acquired: %w", err)
 	}
-	kept := claims[:0]
-	for _, c := range claims {
-		if ok[[2]string{c.TriggerGroup, c.TriggerName}] {
-			kept = append(kept, c)
-		}
+	ok := make(map[events.Key]bool, len(keys))
+	for _, k := range keys {
+		ok[k] = true
 	}
+	kept := slices.DeleteFunc(claims, func(c store.Claim) bool { return !ok[c.Trigger()] })
 	if err := store.InsertFired(ctx, tx, a.cfg.Namespace, a.cfg.InstanceID, store.FiredAcquired, now, kept); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/trigger"
 )
@@ -77,11 +78,10 @@ type ScheduledTrigger struct {
 // applyCtx is what an apply function needs besides the transaction.
 type applyCtx struct {
 	h           *Handler
-	tx          pgx.Tx
+	tx          *outbox.Tx
 	now         time.Time
 	commandID   string
 	traceParent string
-	evs         []events.Event
 }
 
 func (a *applyCtx) event(typ, aggregate, aggregateID, kind string, data any) error {
@@ -91,7 +91,7 @@ func (a *applyCtx) event(typ, aggregate, aggregateID, kind string, data any) err
 		return err
 	}
 	ev.TraceParent = a.traceParent
-	a.evs = append(a.evs, ev)
+	a.tx.Append(ev)
 	return nil
 }
 
@@ -103,32 +103,62 @@ func (r rejection) Error() string { return r.err.Error() }
 func reject(e *Error) error { return rejection{e} }
 
 func (a *applyCtx) scheduleJob(ctx context.Context, c *ScheduleJob) (any, error) {
-	ns := a.h.cfg.Namespace
+	timeoutMilli, err := a.checkJob(c)
+	if err != nil {
+		return nil, err
+	}
+	trigs, err := a.newTriggers(ctx, c.Triggers)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.storeJob(ctx, c.Job, c.Replace, timeoutMilli); err != nil {
+		return nil, err
+	}
+	state, err := a.initialState(ctx, c.Job)
+	if err != nil {
+		return nil, err
+	}
+	result := make([]ScheduledTrigger, len(c.Triggers))
+	for i := range c.Triggers {
+		if result[i], err = a.storeTrigger(ctx, c, i, trigs[i], state); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]any{"triggers": result}, nil
+}
+
+// checkJob checks what the schema cannot: the job type is one this cluster runs, the timeout a
+// positive duration, and a job without triggers durable. It returns the timeout in milliseconds.
+func (a *applyCtx) checkJob(c *ScheduleJob) (*int64, error) {
 	job := c.Job
 	if !slices.Contains(a.h.cfg.JobTypes, job.Type) {
 		return nil, reject(invalid("job.type", "unknown job type %q; this scheduler accepts: %s (add more with --job-types)",
 			job.Type, strings.Join(a.h.cfg.JobTypes, ", ")))
 	}
-	var timeoutMilli *int64
-	if job.Timeout != "" {
-		d, err := trigger.ParseDuration(job.Timeout)
-		if err != nil || d <= 0 {
-			return nil, reject(invalid("job.timeout", "%q is not a positive duration (use \"30s\", \"5m\" or \"PT5M\")", job.Timeout))
-		}
-		ms := d.Milliseconds()
-		timeoutMilli = &ms
-	}
 	if len(c.Triggers) == 0 && !job.Durable {
 		return nil, reject(invalid("triggers", "a job without triggers must be durable (set job.durable: true), as in Quartz"))
 	}
-	// Validate every trigger before touching a row, so errors name the first bad field.
-	trigs := make([]*trigger.Trigger, len(c.Triggers))
-	seen := map[[2]string]bool{}
-	for i, ts := range c.Triggers {
+	if job.Timeout == "" {
+		return nil, nil
+	}
+	d, err := trigger.ParseDuration(job.Timeout)
+	if err != nil || d <= 0 {
+		return nil, reject(invalid("job.timeout", "%q is not a positive duration (use \"30s\", \"5m\" or \"PT5M\")", job.Timeout))
+	}
+	ms := d.Milliseconds()
+	return &ms, nil
+}
+
+// newTriggers validates every trigger and computes its first fire time before a row is
+// touched, so an error names the first bad field.
+func (a *applyCtx) newTriggers(ctx context.Context, specs []TriggerSpec) ([]*trigger.Trigger, error) {
+	trigs := make([]*trigger.Trigger, len(specs))
+	seen := map[events.Key]bool{}
+	for i, ts := range specs {
 		field := fmt.Sprintf("triggers[%d]", i)
-		key := [2]string{ts.Group, ts.Name}
+		key := events.Key{Group: ts.Group, Name: ts.Name}
 		if seen[key] {
-			return nil, reject(invalid(field, "trigger %s.%s is listed twice", ts.Group, ts.Name))
+			return nil, reject(invalid(field, "trigger %s is listed twice", key))
 		}
 		seen[key] = true
 		cal, err := a.calendar(ctx, ts.Calendar, field)
@@ -149,15 +179,20 @@ func (a *applyCtx) scheduleJob(ctx context.Context, c *ScheduleJob) (any, error)
 		}
 		trigs[i] = t
 	}
+	return trigs, nil
+}
 
+// storeJob inserts the job, or replaces it when replace is set.
+func (a *applyCtx) storeJob(ctx context.Context, job JobSpec, replace bool, timeoutMilli *int64) error {
+	ns := a.h.cfg.Namespace
 	var durable bool
 	err := a.tx.QueryRow(ctx, queries.Get("JobExists"), ns, job.Group, job.Name).Scan(&durable)
 	exists := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("reading job: %w", err)
+		return fmt.Errorf("reading job: %w", err)
 	}
-	if exists && !c.Replace {
-		return nil, reject(&Error{Code: CodeAlreadyExists, Field: "job",
+	if exists && !replace {
+		return reject(&Error{Code: CodeAlreadyExists, Field: "job",
 			Message: fmt.Sprintf("job %s.%s already exists; send replace: true to replace it", job.Group, job.Name)})
 	}
 	data := job.Data
@@ -166,85 +201,87 @@ func (a *applyCtx) scheduleJob(ctx context.Context, c *ScheduleJob) (any, error)
 	}
 	if _, err := a.tx.Exec(ctx, queries.Get("UpsertJob"), ns, job.Group, job.Name, job.Type, job.Description,
 		job.Durable, job.Nonconcurrent, job.RequestsRecovery, timeoutMilli, data); err != nil {
-		return nil, fmt.Errorf("storing job: %w", err)
+		return fmt.Errorf("storing job: %w", err)
 	}
-	state := store.StateWaiting
-	if job.Nonconcurrent {
-		var executing bool
-		if err := a.tx.QueryRow(ctx, queries.Get("JobExecuting"), ns, job.Group, job.Name).Scan(&executing); err != nil {
-			return nil, fmt.Errorf("reading job executions: %w", err)
-		}
-		if executing {
-			state = store.StateBlocked // Quartz: a non-concurrent job's new trigger waits for the run in progress
-		}
+	return nil
+}
+
+// initialState is the state of the job's new triggers: BLOCKED while a non-concurrent job runs
+// (Quartz: a new trigger waits for the run in progress), else WAITING.
+func (a *applyCtx) initialState(ctx context.Context, job JobSpec) (string, error) {
+	if !job.Nonconcurrent {
+		return store.StateWaiting, nil
 	}
-	jobRef := events.JobRef{Group: job.Group, Name: job.Name, Type: job.Type}
-	result := make([]ScheduledTrigger, len(c.Triggers))
-	for i, ts := range c.Triggers {
-		field := fmt.Sprintf("triggers[%d]", i)
-		var og, on string
-		err := a.tx.QueryRow(ctx, queries.Get("TriggerOwner"), ns, ts.Group, ts.Name).Scan(&og, &on)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return nil, fmt.Errorf("reading trigger: %w", err)
-		case !c.Replace || og != job.Group || on != job.Name:
-			return nil, reject(&Error{Code: CodeAlreadyExists, Field: field,
-				Message: fmt.Sprintf("trigger %s.%s already exists (for job %s.%s)", ts.Group, ts.Name, og, on)})
-		default:
-			if _, err := a.tx.Exec(ctx, queries.Get("DeleteTrigger"), ns, ts.Group, ts.Name); err != nil {
-				return nil, fmt.Errorf("replacing trigger: %w", err)
-			}
-		}
-		t := trigs[i]
-		schedule, err := json.Marshal(t.Definition)
-		if err != nil {
-			return nil, fmt.Errorf("encoding trigger schedule: %w", err)
-		}
-		start := a.now
-		if t.StartAt != nil {
-			start = *t.StartAt
-		}
-		priority := 5
-		if ts.Priority != nil {
-			priority = *ts.Priority
-		}
-		tdata := ts.Data
-		if len(tdata) == 0 {
-			tdata = json.RawMessage("{}")
-		}
-		next := t.NextFireTime.UTC()
-		if _, err := a.tx.Exec(ctx, queries.Get("InsertTrigger"), ns, ts.Group, ts.Name, job.Group, job.Name,
-			kindOf(t.Definition), schedule, start, t.EndAt, ts.Calendar, priority, misfireOf(t.Definition),
-			next, state, nullable(a.traceParent), tdata, store.SlotOf(job.Group, job.Name)); err != nil {
-			return nil, fmt.Errorf("storing trigger %s.%s: %w", ts.Group, ts.Name, err)
-		}
-		result[i] = ScheduledTrigger{Group: ts.Group, Name: ts.Name, NextFireTime: &next}
-		if err := a.event(events.TypeTriggerScheduled, events.AggregateTrigger, ts.Group+"."+ts.Name, "trigger",
-			map[string]any{"trigger": events.Key{Group: ts.Group, Name: ts.Name}, "job": jobRef,
-				"commandId": a.commandID, "nextFireTime": next, "schedule": json.RawMessage(schedule)}); err != nil {
-			return nil, err
+	var executing bool
+	if err := a.tx.QueryRow(ctx, queries.Get("JobExecuting"), a.h.cfg.Namespace, job.Group, job.Name).Scan(&executing); err != nil {
+		return "", fmt.Errorf("reading job executions: %w", err)
+	}
+	if executing {
+		return store.StateBlocked, nil
+	}
+	return store.StateWaiting, nil
+}
+
+// storeTrigger inserts trigger i of c (replacing the job's own trigger of that key when replace
+// is set) and logs TriggerScheduled.
+func (a *applyCtx) storeTrigger(ctx context.Context, c *ScheduleJob, i int, t *trigger.Trigger, state string) (ScheduledTrigger, error) {
+	ns, job, ts := a.h.cfg.Namespace, c.Job, c.Triggers[i]
+	field := fmt.Sprintf("triggers[%d]", i)
+	var og, on string
+	err := a.tx.QueryRow(ctx, queries.Get("TriggerOwner"), ns, ts.Group, ts.Name).Scan(&og, &on)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return ScheduledTrigger{}, fmt.Errorf("reading trigger: %w", err)
+	case !c.Replace || og != job.Group || on != job.Name:
+		return ScheduledTrigger{}, reject(&Error{Code: CodeAlreadyExists, Field: field,
+			Message: fmt.Sprintf("trigger %s.%s already exists (for job %s.%s)", ts.Group, ts.Name, og, on)})
+	default:
+		if _, err := a.tx.Exec(ctx, queries.Get("DeleteTrigger"), ns, ts.Group, ts.Name); err != nil {
+			return ScheduledTrigger{}, fmt.Errorf("replacing trigger: %w", err)
 		}
 	}
-	return map[string]any{"triggers": result}, nil
+	schedule, err := json.Marshal(t.Definition)
+	if err != nil {
+		return ScheduledTrigger{}, fmt.Errorf("encoding trigger schedule: %w", err)
+	}
+	start := a.now
+	if t.StartAt != nil {
+		start = *t.StartAt
+	}
+	priority := 5
+	if ts.Priority != nil {
+		priority = *ts.Priority
+	}
+	tdata := ts.Data
+	if len(tdata) == 0 {
+		tdata = json.RawMessage("{}")
+	}
+	next := t.NextFireTime.UTC()
+	if _, err := a.tx.Exec(ctx, queries.Get("InsertTrigger"), ns, ts.Group, ts.Name, job.Group, job.Name,
+		kindOf(t.Definition), schedule, start, t.EndAt, ts.Calendar, priority, misfireOf(t.Definition),
+		next, state, nullable(a.traceParent), tdata, store.SlotOf(job.Group, job.Name)); err != nil {
+		return ScheduledTrigger{}, fmt.Errorf("storing trigger %s.%s: %w", ts.Group, ts.Name, err)
+	}
+	key := events.Key{Group: ts.Group, Name: ts.Name}
+	err = a.event(events.TypeTriggerScheduled, events.AggregateTrigger, key.String(), "trigger",
+		map[string]any{"trigger": key, "job": events.JobRef{Group: job.Group, Name: job.Name, Type: job.Type},
+			"commandId": a.commandID, "nextFireTime": next, "schedule": json.RawMessage(schedule)})
+	return ScheduledTrigger{Group: ts.Group, Name: ts.Name, NextFireTime: &next}, err
 }
 
 func (a *applyCtx) calendar(ctx context.Context, name *string, field string) (trigger.Calendar, error) {
 	if name == nil || *name == "" {
 		return nil, nil
 	}
-	var raw []byte
-	err := a.tx.QueryRow(ctx, queries.Get("LoadCalendar"), a.h.cfg.Namespace, *name).Scan(&raw)
-	if errors.Is(err, pgx.ErrNoRows) {
+	cals, err := store.LoadCalendars(ctx, a.tx, a.h.cfg.Namespace, []string{*name})
+	if err != nil {
+		return nil, err
+	}
+	cal, ok := cals[*name]
+	if !ok {
 		return nil, reject(&Error{Code: CodeNotFound, Field: field + ".calendar",
 			Message: fmt.Sprintf("calendar %q does not exist; add it first with add_calendar", *name)})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading calendar: %w", err)
-	}
-	cal, err := trigger.ParseCalendar(raw)
-	if err != nil {
-		return nil, fmt.Errorf("stored calendar %q is unreadable: %w", *name, err)
 	}
 	return cal, nil
 }

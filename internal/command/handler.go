@@ -18,8 +18,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/telemetry"
+	"github.com/agatesched/agate/internal/wake"
 )
 
 //go:embed queries.sql
@@ -49,27 +51,22 @@ type Config struct {
 	Logger       *slog.Logger
 	// Now is the node clock; tests inject one.
 	Now func() time.Time
-	// OnApplied is called after a command changed triggers (wired to the acquirer's Wake, so a
-	// trigger due before the next poll fires on time).
-	OnApplied func()
-}
-
-// Publisher publishes committed events (events.Relay).
-type Publisher interface {
-	Publish(ctx context.Context, evs []events.Event) error
+	// Wake is notified after a command changed triggers, so a trigger due before the acquire
+	// loop's next poll fires on time.
+	Wake *wake.Signal
 }
 
 // Handler validates and applies commands.
 type Handler struct {
 	cfg    Config
 	pool   *pgxpool.Pool
-	pub    Publisher
+	outbox *outbox.Outbox
 	v      *validator
 	tracer trace.Tracer
 }
 
 // New builds a Handler.
-func New(cfg Config, pool *pgxpool.Pool, pub Publisher) (*Handler, error) {
+func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) (*Handler, error) {
 	if len(cfg.JobTypes) == 0 {
 		cfg.JobTypes = BuiltinJobTypes
 	}
@@ -78,14 +75,11 @@ func New(cfg Config, pool *pgxpool.Pool, pub Publisher) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.OnApplied == nil {
-		cfg.OnApplied = func() {}
-	}
 	v, err := newValidator()
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{cfg: cfg, pool: pool, pub: pub, v: v, tracer: telemetry.Tracer("command")}, nil
+	return &Handler{cfg: cfg, pool: pool, outbox: ob, v: v, tracer: telemetry.Tracer("command")}, nil
 }
 
 // Outcome is a command's answer: the api reply, and the data of CommandAccepted/Rejected.
@@ -146,8 +140,8 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 
 	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
 	var out Outcome
-	err := store.InTx(ctx, h.pool, func(tx pgx.Tx) error {
-		a.tx, a.now, a.evs = tx, h.cfg.Now(), nil
+	err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+		a.tx, a.now = tx, h.cfg.Now()
 		if err := h.cfg.Locks.All(ctx, tx); err != nil {
 			return err
 		}
@@ -170,8 +164,7 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 	case err != nil:
 		return h.transient(ctx, cmd, id, err)
 	}
-	h.publish(ctx, a.evs)
-	h.cfg.OnApplied()
+	h.cfg.Wake.Notify()
 	log.InfoContext(ctx, "command applied", slog.String("command_id", id))
 	return out
 }
@@ -207,10 +200,7 @@ func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []b
 	if aggID == "" {
 		aggID = "(no id)"
 	}
-	if err := a.event(typ, events.AggregateCommand, aggID, "command", data); err != nil {
-		return err
-	}
-	return events.Append(ctx, a.tx, h.cfg.Namespace, a.evs)
+	return a.event(typ, events.AggregateCommand, aggID, "command", data)
 }
 
 // rejectUnread records a rejection (final outcome + CommandRejected event) in its own transaction.
@@ -225,8 +215,8 @@ func (h *Handler) rejectUnread(ctx context.Context, cmd string, body []byte, e *
 	}
 	out := Outcome{OK: false, CommandID: id, Command: cmd, Error: e}
 	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
-	err := store.InTx(ctx, h.pool, func(tx pgx.Tx) error {
-		a.tx, a.now, a.evs = tx, h.cfg.Now(), nil
+	err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+		a.tx, a.now = tx, h.cfg.Now()
 		return h.record(ctx, a, out, body)
 	})
 	if errors.Is(err, errDuplicate) {
@@ -237,7 +227,6 @@ func (h *Handler) rejectUnread(ctx context.Context, cmd string, body []byte, e *
 	if err != nil {
 		return h.transient(ctx, cmd, id, err)
 	}
-	h.publish(ctx, a.evs)
 	h.cfg.Logger.WarnContext(ctx, "command rejected", slog.String("command", cmd), slog.String("command_id", id),
 		slog.String("code", e.Code), slog.String("field", e.Field), slog.String("reason", e.Message))
 	return out
@@ -268,11 +257,4 @@ func (h *Handler) seen(ctx context.Context, id string) (Outcome, bool, error) {
 		return Outcome{}, false, fmt.Errorf("reading command outcome: %w", err)
 	}
 	return out, true, nil
-}
-
-func (h *Handler) publish(ctx context.Context, evs []events.Event) {
-	if err := h.pub.Publish(ctx, evs); err != nil {
-		h.cfg.Logger.WarnContext(ctx, "publishing command events failed; the outbox sweep will publish them",
-			slog.Any("error", err))
-	}
 }

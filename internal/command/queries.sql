@@ -34,9 +34,6 @@ insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_na
                       times_triggered, state, trace_context, data, partition)
 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, null, 0, $14, $15, $16, $17);
 
--- name: LoadCalendar
-select calendar from calendars where sched_name = $1 and calendar_name = $2;
-
 -- name: DeleteJobTriggers
 delete from triggers where sched_name = $1 and job_group = $2 and job_name = $3;
 

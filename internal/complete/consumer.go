@@ -11,15 +11,17 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/telemetry"
+	"github.com/agatesched/agate/internal/testsignal"
+	"github.com/agatesched/agate/internal/wake"
 )
 
 //go:embed queries.sql
@@ -44,8 +46,8 @@ type Config struct {
 	// MaxWait is how long a fetch waits to fill a batch. Default 50ms.
 	MaxWait time.Duration
 	Logger  *slog.Logger
-	// OnReleased is called after triggers went back to WAITING (wired to the acquirer's Wake).
-	OnReleased func()
+	// Wake is notified after triggers went back to WAITING.
+	Wake *wake.Signal
 }
 
 // Consumer applies completion messages in batches.
@@ -55,26 +57,26 @@ type Config struct {
 // one-message-at-a-time handlers cannot express.
 type Consumer struct {
 	cfg    Config
-	pool   *pgxpool.Pool
+	outbox *outbox.Outbox
 	js     jetstream.JetStream
-	pub    Publisher
+	origin events.Origin
 	tracer trace.Tracer
+
+	TestSignals TestSignals
 }
 
-// Publisher publishes committed events (events.Relay).
-type Publisher interface {
-	Publish(ctx context.Context, evs []events.Event) error
+// TestSignals tell tests what the consumer did.
+type TestSignals struct {
+	Applied testsignal.Signal[Applied] // a batch of outcomes was recorded
 }
 
 // New builds a Consumer.
-func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream, pub Publisher) *Consumer {
+func New(cfg Config, ob *outbox.Outbox, js jetstream.JetStream) *Consumer {
 	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, MaxWaitDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	if cfg.OnReleased == nil {
-		cfg.OnReleased = func() {}
-	}
-	return &Consumer{cfg: cfg, pool: pool, js: js, pub: pub, tracer: telemetry.Tracer("complete")}
+	return &Consumer{cfg: cfg, outbox: ob, js: js, origin: events.Origin{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID},
+		tracer: telemetry.Tracer("complete")}
 }
 
 // DurableName is the shared durable consumer of all scheduler nodes on the DONE stream.
@@ -156,7 +158,7 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 			trace.WithAttributes(attribute.String("agate.fire_id", o.Result.FireID.String()),
 				attribute.String("agate.job", o.Result.Job.Key().String()), attribute.Int("agate.batch", len(outs))))
 	}
-	released, err := c.Apply(ctx, outs)
+	applied, err := c.Apply(ctx, outs)
 	for _, span := range spans {
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
@@ -174,9 +176,7 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	for _, m := range ok {
 		_ = m.Ack()
 	}
-	if released > 0 {
-		c.cfg.OnReleased()
-	}
+	c.TestSignals.Applied.Signal(applied)
 }
 
 func decode(m jetstream.Msg) (Outcome, error) {
@@ -206,112 +206,140 @@ func (o Outcome) ends() bool {
 	return o.Type == events.TypeJobCompleted || (o.Result.Error != nil && o.Result.Error.Final)
 }
 
-// Apply records outcomes in one transaction and returns how many triggers were released.
-func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (int, error) {
+// Applied says what Apply did.
+type Applied struct {
+	Ended    int // executions ended: their fired rows deleted
+	Released int // blocked triggers released
+	Ignored  int // ending outcomes of executions that had already ended
+}
+
+// Apply records outcomes in one transaction: the fired rows of ended executions go, the
+// triggers their non-concurrent jobs blocked are released, finished triggers and jobs left
+// without triggers are deleted, and each outcome is logged once.
+func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 	if len(outs) == 0 {
-		return 0, nil
+		return Applied{}, nil
 	}
-	ns := c.cfg.Namespace
-	released := 0
-	var toPublish []events.Event
-	err := store.InTx(ctx, c.pool, func(tx pgx.Tx) error {
-		released = 0
-		jobs := make([][2]string, len(outs))
+	var res Applied
+	err := c.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+		res = Applied{}
+		jobs := make([]events.Key, len(outs))
 		for i, o := range outs {
-			jobs[i] = [2]string{o.Result.Job.Group, o.Result.Job.Name}
+			jobs[i] = o.Result.Job.Key()
 		}
 		if err := c.cfg.Locks.Jobs(ctx, tx, jobs); err != nil {
 			return err
 		}
-		var ids []uuid.UUID
-		for _, o := range outs {
-			if o.ends() {
-				ids = append(ids, o.Result.FireID)
-			}
+		ended, err := c.deleteFired(ctx, tx, outs)
+		if err != nil {
+			return err
 		}
-		var tg, tn, jg, jn, ncg, ncn []string
-		deleted := map[uuid.UUID]bool{}
-		if len(ids) > 0 {
-			rows, err := tx.Query(ctx, queries.Get("DeleteFired"), ids)
-			if err != nil {
-				return fmt.Errorf("deleting fired rows: %w", err)
-			}
-			for rows.Next() {
-				var id uuid.UUID
-				var a, b, cc, d string
-				var nc bool
-				if err := rows.Scan(&id, &a, &b, &cc, &d, &nc); err != nil {
-					rows.Close()
-					return fmt.Errorf("deleting fired rows: %w", err)
-				}
-				deleted[id] = true
-				tg, tn, jg, jn = append(tg, a), append(tn, b), append(jg, cc), append(jn, d)
-				if nc {
-					ncg, ncn = append(ncg, cc), append(ncn, d)
-				}
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("deleting fired rows: %w", err)
-			}
+		released, err := c.releaseBlocked(ctx, tx, ended)
+		if err != nil {
+			return err
 		}
-		var releasedEvs []events.Event
-		if len(ncg) > 0 {
-			rows, err := tx.Query(ctx, queries.Get("Release"), ns, ncg, ncn)
-			if err != nil {
-				return fmt.Errorf("releasing blocked triggers: %w", err)
-			}
-			keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (events.Key, error) {
-				var k events.Key
-				err := row.Scan(&k.Group, &k.Name)
-				return k, err
-			})
-			if err != nil {
-				return fmt.Errorf("releasing blocked triggers: %w", err)
-			}
-			now := time.Now()
-			for _, k := range keys {
-				ev, err := events.New(events.TypeTriggerReleased, events.Source(ns, c.cfg.InstanceID), events.AggregateTrigger,
-					k.String(), events.Subjects(ns).Evt("trigger"), now, map[string]any{"trigger": k, "reason": "job completed"})
-				if err != nil {
-					return err
-				}
-				releasedEvs = append(releasedEvs, ev)
-			}
-			released = len(keys)
-		}
-		if len(tg) > 0 {
-			complete := make([]string, len(tg))
-			for i := range complete {
-				complete[i] = store.StateComplete
-			}
-			if _, err := tx.Exec(ctx, queries.Get("DeleteCompleteTriggers"), ns, tg, tn, complete); err != nil {
-				return fmt.Errorf("deleting completed triggers: %w", err)
-			}
-			if _, err := tx.Exec(ctx, queries.Get("DeleteOrphanJobs"), ns, jg, jn); err != nil {
-				return fmt.Errorf("deleting finished jobs: %w", err)
-			}
+		if err := c.deleteFinished(ctx, tx, ended); err != nil {
+			return err
 		}
 		// An execution ends once: a second ending outcome for a fire whose row is already gone
 		// (a redelivered or re-run completion) is not recorded again.
-		evs := make([]events.Event, 0, len(outs))
 		for _, o := range outs {
-			if o.ends() && !deleted[o.Result.FireID] {
+			if o.ends() && ended[o.Result.FireID] == nil {
+				res.Ignored++
 				continue
 			}
-			evs = append(evs, o.Event)
+			tx.Append(o.Event)
 		}
-		toPublish = releasedEvs
-		return events.Append(ctx, tx, ns, append(evs, releasedEvs...))
+		tx.Append(released...)
+		res.Ended, res.Released = len(ended), len(released)
+		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("recording %d completions: %w", len(outs), err)
+		return Applied{}, fmt.Errorf("recording %d completions: %w", len(outs), err)
 	}
-	if c.pub != nil && len(toPublish) > 0 {
-		if err := c.pub.Publish(ctx, toPublish); err != nil {
-			c.cfg.Logger.WarnContext(ctx, "publishing release events failed; the outbox sweep will publish them",
-				slog.Any("error", err))
+	if res.Released > 0 {
+		c.cfg.Wake.Notify()
+	}
+	return res, nil
+}
+
+// endedFire is the fired row of an execution that ended.
+type endedFire struct {
+	trigger, job  events.Key
+	nonconcurrent bool
+}
+
+// deleteFired deletes the fired rows of the outcomes that end an execution and returns them by
+// fire id; an execution already ended has no row left and is absent.
+func (c *Consumer) deleteFired(ctx context.Context, tx pgx.Tx, outs []Outcome) (map[uuid.UUID]*endedFire, error) {
+	var ids []uuid.UUID
+	for _, o := range outs {
+		if o.ends() {
+			ids = append(ids, o.Result.FireID)
 		}
 	}
-	return released, nil
+	ended := map[uuid.UUID]*endedFire{}
+	if len(ids) == 0 {
+		return ended, nil
+	}
+	rows, err := tx.Query(ctx, queries.Get("DeleteFired"), ids)
+	if err != nil {
+		return nil, fmt.Errorf("deleting fired rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uuid.UUID
+		e := &endedFire{}
+		if err := rows.Scan(&id, &e.trigger.Group, &e.trigger.Name, &e.job.Group, &e.job.Name, &e.nonconcurrent); err != nil {
+			return nil, fmt.Errorf("deleting fired rows: %w", err)
+		}
+		ended[id] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("deleting fired rows: %w", err)
+	}
+	return ended, nil
+}
+
+// releaseBlocked releases the triggers blocked by the non-concurrent jobs whose execution ended
+// (Quartz: BLOCKED → WAITING, PAUSED_BLOCKED → PAUSED) and returns their release events.
+func (c *Consumer) releaseBlocked(ctx context.Context, tx pgx.Tx, ended map[uuid.UUID]*endedFire) ([]events.Event, error) {
+	var g, n []string
+	for _, e := range ended {
+		if e.nonconcurrent {
+			g, n = append(g, e.job.Group), append(n, e.job.Name)
+		}
+	}
+	if len(g) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, queries.Get("Release"), c.cfg.Namespace, g, n)
+	if err != nil {
+		return nil, fmt.Errorf("releasing blocked triggers: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, store.ScanKey)
+	if err != nil {
+		return nil, fmt.Errorf("releasing blocked triggers: %w", err)
+	}
+	return c.origin.Released(keys, events.ReleaseJobCompleted, time.Now(), nil)
+}
+
+// deleteFinished deletes the COMPLETE triggers whose last execution ended, and the non-durable
+// jobs they leave without triggers (Quartz's removeTrigger).
+func (c *Consumer) deleteFinished(ctx context.Context, tx pgx.Tx, ended map[uuid.UUID]*endedFire) error {
+	if len(ended) == 0 {
+		return nil
+	}
+	var tg, tn, states, jg, jn []string
+	for _, e := range ended {
+		tg, tn, states = append(tg, e.trigger.Group), append(tn, e.trigger.Name), append(states, store.StateComplete)
+		jg, jn = append(jg, e.job.Group), append(jn, e.job.Name)
+	}
+	if _, err := tx.Exec(ctx, queries.Get("DeleteCompleteTriggers"), c.cfg.Namespace, tg, tn, states); err != nil {
+		return fmt.Errorf("deleting completed triggers: %w", err)
+	}
+	if _, err := tx.Exec(ctx, queries.Get("DeleteOrphanJobs"), c.cfg.Namespace, jg, jn); err != nil {
+		return fmt.Errorf("deleting finished jobs: %w", err)
+	}
+	return nil
 }

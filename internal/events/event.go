@@ -29,6 +29,15 @@ const (
 	TypeCommandRejected    = "agate.command.rejected"
 )
 
+// Reasons a TriggerReleased event gives.
+const (
+	ReleaseJobCompleted = "job completed" // a non-concurrent job's execution ended
+	ReleaseNodeFailed   = "node failed"   // recovery released a dead node's claims
+	ReleaseNodeStopping = "node stopping" // a node gave its unfired claims back as it stopped
+	ReleaseFireFailed   = "fire failed"   // a fire transaction failed; its claims were given back
+	ReleaseEarlierRun   = "earlier run"   // claims left by an earlier run with this instance id
+)
+
 // Aggregates an event belongs to, for history queries on the log.
 const (
 	AggregateJob      = "job"
@@ -158,3 +167,41 @@ func NewInstanceID(fallback string) string {
 	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
 	return host + "-" + hex.EncodeToString(b)
 }
+
+// Origin is the process that records events: it gives them their source (agate/<ns>/<id>) and
+// the subject they are published on.
+type Origin struct {
+	Namespace  string
+	InstanceID string
+}
+
+// Trigger builds an event about trigger k, published on agate.<ns>.evt.trigger.
+func (o Origin) Trigger(typ string, k Key, now time.Time, data any) (Event, error) {
+	return New(typ, o.Source(), AggregateTrigger, k.String(), Subjects(o.Namespace).Evt("trigger"), now, data)
+}
+
+// Job builds an event about job k, published on agate.<ns>.evt.job.
+func (o Origin) Job(typ string, k Key, now time.Time, data any) (Event, error) {
+	return New(typ, o.Source(), AggregateJob, k.String(), Subjects(o.Namespace).Evt("job"), now, data)
+}
+
+// Released builds a TriggerReleased event for each trigger given back, saying why; extra
+// fields are added to each event's data.
+func (o Origin) Released(keys []Key, reason string, now time.Time, extra map[string]any) ([]Event, error) {
+	evs := make([]Event, 0, len(keys))
+	for _, k := range keys {
+		data := map[string]any{"trigger": k, "reason": reason}
+		for f, v := range extra {
+			data[f] = v
+		}
+		ev, err := o.Trigger(TypeTriggerReleased, k, now, data)
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+// Source is the CloudEvents source of the origin's events.
+func (o Origin) Source() string { return Source(o.Namespace, o.InstanceID) }

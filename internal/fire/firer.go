@@ -8,18 +8,15 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/telemetry"
 	"github.com/agatesched/agate/internal/trigger"
@@ -30,191 +27,80 @@ var queriesSQL string
 
 var queries = store.ParseQueries(queriesSQL)
 
-// MaxBatchDefault is the default of Config.MaxBatch.
-const MaxBatchDefault = 500
-
 // Config configures a Firer.
 type Config struct {
 	Namespace  string
 	InstanceID string
-	// Locks is the lock protocol (global or partitioned).
-	Locks store.Locks
-	// MaxBatch is the most claims fired in one transaction. Default 500.
-	MaxBatch int
-	Logger   *slog.Logger
+	Logger     *slog.Logger
 	// Now is the node clock; tests inject one.
 	Now func() time.Time
-	// OnFired is called after a fire transaction commits (wired to the acquirer's Wake: a fired
-	// trigger's next fire may already be due).
-	OnFired func()
 }
 
-// Publisher publishes committed events (events.Relay).
-type Publisher interface {
-	Publish(ctx context.Context, evs []events.Event) error
-}
-
-// Firer fires claims: in the caller's transaction (FireInTx) or, for claims acquired ahead of
-// time, from its own queue when they are due (Run).
+// Firer is the fire transaction: it fires claims inside a transaction that holds their lock
+// partition.
 type Firer struct {
 	cfg    Config
-	pool   *pgxpool.Pool
-	pub    Publisher
+	origin events.Origin
 	tracer trace.Tracer
-
-	mu      sync.Mutex
-	pending []store.Claim // sorted by SchedTime
-	kick    chan struct{}
 }
 
 // New builds a Firer.
-func New(cfg Config, pool *pgxpool.Pool, pub Publisher) *Firer {
-	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
+func New(cfg Config) *Firer {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.OnFired == nil {
-		cfg.OnFired = func() {}
-	}
-	return &Firer{cfg: cfg, pool: pool, pub: pub, tracer: telemetry.Tracer("fire"), kick: make(chan struct{}, 1)}
+	return &Firer{cfg: cfg, origin: events.Origin{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID},
+		tracer: telemetry.Tracer("fire")}
 }
 
-// Schedule queues claims acquired ahead of their fire time.
-func (f *Firer) Schedule(claims []store.Claim) {
+// firing is one claim that passed its checks, with its trigger advanced.
+type firing struct {
+	claim store.Claim
+	row   *row
+	trig  *trigger.Trigger
+	state string // the trigger's state after the fire
+}
+
+// Fire fires claims inside tx, which holds the claims' lock partition: each claim's trigger
+// advances (Quartz's triggered()), its fired row becomes EXECUTING, and a JobFired event goes
+// into the log. A claim whose trigger changed since it was made (another state, another next
+// fire time, a non-concurrent job already fired in this batch) is dropped, and its fired row
+// deleted. It returns how many claims fired.
+func (f *Firer) Fire(ctx context.Context, tx *outbox.Tx, claims []store.Claim) (int, error) {
 	if len(claims) == 0 {
-		return
+		return 0, nil
 	}
-	f.mu.Lock()
-	f.pending = append(f.pending, claims...)
-	sort.SliceStable(f.pending, func(i, j int) bool { return f.pending[i].SchedTime.Before(f.pending[j].SchedTime) })
-	f.mu.Unlock()
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Committed hands the JobFired events of a committed transaction to the publisher. A failure is
-// logged, not returned: the events are in the log and the relay's sweep publishes them.
-func (f *Firer) Committed(ctx context.Context, evs []events.Event) {
-	if len(evs) == 0 {
-		return
-	}
-	if err := f.pub.Publish(ctx, evs); err != nil {
-		f.cfg.Logger.WarnContext(ctx, "publishing fired jobs failed; the outbox sweep will publish them",
-			slog.Int("events", len(evs)), slog.Any("error", err))
-	}
-}
-
-// Run fires queued claims at their time until ctx is cancelled, then releases what is left.
-func (f *Firer) Run(ctx context.Context) error {
-	for {
-		due, next := f.takeDue()
-		if len(due) > 0 {
-			if err := f.fireDeferred(ctx, due); err != nil && ctx.Err() == nil {
-				f.cfg.Logger.WarnContext(ctx, "fire transaction failed; releasing its claims",
-					slog.Int("claims", len(due)), slog.Any("error", err))
-				f.release(ctx, due)
-			}
-			continue
-		}
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = next.Sub(f.cfg.Now())
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			f.mu.Lock()
-			left := f.pending
-			f.pending = nil
-			f.mu.Unlock()
-			f.release(ctx, left)
-			return nil
-		case <-f.kick:
-		case <-t.C:
-		}
-		t.Stop()
-	}
-}
-
-// takeDue pops the claims due now (at most MaxBatch) and returns the next pending time.
-func (f *Firer) takeDue() ([]store.Claim, time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	now := f.cfg.Now()
-	n := 0
-	for n < len(f.pending) && n < f.cfg.MaxBatch && !f.pending[n].SchedTime.After(now) {
-		n++
-	}
-	due := slices.Clone(f.pending[:n])
-	f.pending = f.pending[n:]
-	var next time.Time
-	if len(f.pending) > 0 {
-		next = f.pending[0].SchedTime
-	}
-	return due, next
-}
-
-// fireDeferred fires claims in a transaction per lock partition they were made under.
-func (f *Firer) fireDeferred(ctx context.Context, claims []store.Claim) error {
-	byPartition := map[int][]store.Claim{}
-	for _, c := range claims {
-		byPartition[c.Partition] = append(byPartition[c.Partition], c)
-	}
-	for p, group := range byPartition {
-		var evs []events.Event
-		err := store.InTx(ctx, f.pool, func(tx pgx.Tx) error {
-			if err := f.cfg.Locks.Partition(ctx, tx, p); err != nil {
-				return err
-			}
-			var err error
-			evs, err = f.FireInTx(ctx, tx, group, true)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("firing %d triggers: %w", len(group), err)
-		}
-		f.Committed(ctx, evs)
-	}
-	f.cfg.OnFired()
-	return nil
-}
-
-// release gives claims back: their triggers return to WAITING and their fired rows go.
-func (f *Firer) release(ctx context.Context, claims []store.Claim) {
-	if len(claims) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	g, n, nft, ids := keysOf(claims)
-	err := store.InTx(ctx, f.pool, func(tx pgx.Tx) error {
-		if err := f.cfg.Locks.All(ctx, tx); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, queries.Get("Release"), f.cfg.Namespace, g, n, nft); err != nil {
-			return fmt.Errorf("releasing triggers: %w", err)
-		}
-		return store.DeleteFired(ctx, tx, ids)
-	})
+	rows, err := f.load(ctx, tx, claims)
 	if err != nil {
-		// Recovery releases the claims of a node that is gone; nothing is lost.
-		f.cfg.Logger.WarnContext(ctx, "releasing claims failed; cluster recovery will release them",
-			slog.Int("claims", len(claims)), slog.Any("error", err))
-		return
+		return 0, err
 	}
-	f.cfg.Logger.InfoContext(ctx, "released claims", slog.Int("claims", len(claims)))
-}
-
-func keysOf(claims []store.Claim) (g, n []string, nft []time.Time, ids []uuid.UUID) {
-	for _, c := range claims {
-		g, n = append(g, c.TriggerGroup), append(n, c.TriggerName)
-		nft, ids = append(nft, c.SchedTime), append(ids, c.FireID)
+	cals, err := store.LoadCalendars(ctx, tx, f.cfg.Namespace, calendarNames(rows))
+	if err != nil {
+		return 0, err
 	}
-	return g, n, nft, ids
+	fires, stale, err := plan(claims, rows, cals)
+	if err != nil {
+		return 0, err
+	}
+	fires, lost, err := f.updateTriggers(ctx, tx, fires)
+	if err != nil {
+		return 0, err
+	}
+	stale = append(stale, lost...)
+	if err := f.blockOthers(ctx, tx, fires); err != nil {
+		return 0, err
+	}
+	if err := f.recordFired(ctx, tx, fires, stale, now); err != nil {
+		return 0, err
+	}
+	evs, err := f.jobFired(ctx, fires, now)
+	if err != nil {
+		return 0, err
+	}
+	tx.Append(evs...)
+	return len(fires), nil
 }
 
 // row is what the fire transaction reads of a claimed trigger and its job.
@@ -231,195 +117,21 @@ type row struct {
 	timeoutMilli *int64
 }
 
-// FireInTx fires claims inside tx, which holds TRIGGER_ACCESS. acquired says whether the claims'
-// triggers are ACQUIRED with fired rows (deferred fire) or still WAITING (fired while acquiring).
-// Claims whose trigger changed since they were made are dropped (their fired row deleted).
-func (f *Firer) FireInTx(ctx context.Context, tx pgx.Tx, claims []store.Claim, acquired bool) ([]events.Event, error) {
-	if len(claims) == 0 {
-		return nil, nil
+func (f *Firer) load(ctx context.Context, tx pgx.Tx, claims []store.Claim) (map[events.Key]*row, error) {
+	g, n := make([]string, len(claims)), make([]string, len(claims))
+	for i, c := range claims {
+		g[i], n[i] = c.TriggerGroup, c.TriggerName
 	}
-	ns := f.cfg.Namespace
-	now := f.cfg.Now()
-	expect := store.StateWaiting
-	if acquired {
-		expect = store.StateAcquired
-	}
-	g, n, _, _ := keysOf(claims)
-	rowsByKey, err := f.load(ctx, tx, g, n)
-	if err != nil {
-		return nil, err
-	}
-	names := map[string]bool{}
-	for _, r := range rowsByKey {
-		if r.calendar != "" {
-			names[r.calendar] = true
-		}
-	}
-	cals, err := store.LoadCalendars(ctx, tx, ns, slices.Collect(maps.Keys(names)))
-	if err != nil {
-		return nil, err
-	}
-
-	type firing struct {
-		claim store.Claim
-		row   *row
-		trig  *trigger.Trigger
-		state string
-	}
-	var fires []firing
-	var stale []uuid.UUID
-	var blockJobsG, blockJobsN []string
-	blocked := map[[2]string]bool{}
-	for _, c := range claims {
-		r := rowsByKey[[2]string{c.TriggerGroup, c.TriggerName}]
-		job := [2]string{c.JobGroup, c.JobName}
-		if r == nil || r.state != expect || r.next == nil || !r.next.Equal(c.SchedTime) || (c.Nonconcurrent && blocked[job]) {
-			stale = append(stale, c.FireID)
-			continue
-		}
-		var def trigger.Definition
-		if err := json.Unmarshal(r.schedule, &def); err != nil {
-			return nil, fmt.Errorf("trigger %s.%s has an unreadable schedule: %w", c.TriggerGroup, c.TriggerName, err)
-		}
-		t := &trigger.Trigger{Definition: def, NextFireTime: *r.next, TimesTriggered: r.times}
-		if r.prev != nil {
-			t.PreviousFireTime = *r.prev
-		}
-		t.Triggered(cals[r.calendar])
-		state := store.StateWaiting
-		if c.Nonconcurrent {
-			state = store.StateBlocked
-			blocked[job] = true
-			blockJobsG, blockJobsN = append(blockJobsG, c.JobGroup), append(blockJobsN, c.JobName)
-		}
-		if t.NextFireTime.IsZero() {
-			state = store.StateComplete
-		}
-		fires = append(fires, firing{claim: c, row: r, trig: t, state: state})
-	}
-
-	if len(fires) > 0 {
-		k := len(fires)
-		ug, un, us := make([]string, k), make([]string, k), make([]string, k)
-		unext, uprev, uold := make([]*time.Time, k), make([]*time.Time, k), make([]time.Time, k)
-		utimes := make([]int32, k)
-		uexpect := make([]string, k)
-		for i, fi := range fires {
-			ug[i], un[i], us[i] = fi.claim.TriggerGroup, fi.claim.TriggerName, fi.state
-			unext[i], uprev[i] = store.NullTime(fi.trig.NextFireTime), store.NullTime(fi.trig.PreviousFireTime)
-			utimes[i], uold[i], uexpect[i] = int32(fi.trig.TimesTriggered), fi.claim.SchedTime, expect
-		}
-		rows, err := tx.Query(ctx, queries.Get("UpdateTriggers"), ns, ug, un, us, unext, uprev, utimes, uold, uexpect)
-		if err != nil {
-			return nil, fmt.Errorf("updating fired triggers: %w", err)
-		}
-		updated := map[[2]string]bool{}
-		for rows.Next() {
-			var key [2]string
-			if err := rows.Scan(&key[0], &key[1]); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("updating fired triggers: %w", err)
-			}
-			updated[key] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("updating fired triggers: %w", err)
-		}
-		kept := fires[:0]
-		for _, fi := range fires {
-			if updated[[2]string{fi.claim.TriggerGroup, fi.claim.TriggerName}] {
-				kept = append(kept, fi)
-			} else {
-				stale = append(stale, fi.claim.FireID)
-			}
-		}
-		fires = kept
-	}
-	if len(blockJobsG) > 0 {
-		if _, err := tx.Exec(ctx, queries.Get("BlockOthers"), ns, blockJobsG, blockJobsN); err != nil {
-			return nil, fmt.Errorf("blocking triggers of non-concurrent jobs: %w", err)
-		}
-	}
-	if acquired {
-		if err := store.DeleteFired(ctx, tx, stale); err != nil {
-			return nil, err
-		}
-		ids := make([]uuid.UUID, len(fires))
-		for i, fi := range fires {
-			ids[i] = fi.claim.FireID
-		}
-		if len(ids) > 0 {
-			if _, err := tx.Exec(ctx, queries.Get("MarkExecuting"), ids, now); err != nil {
-				return nil, fmt.Errorf("marking fired rows executing: %w", err)
-			}
-		}
-	} else {
-		cl := make([]store.Claim, len(fires))
-		for i, fi := range fires {
-			cl[i] = fi.claim
-		}
-		if err := store.InsertFired(ctx, tx, ns, f.cfg.InstanceID, store.FiredExecuting, now, cl); err != nil {
-			return nil, err
-		}
-	}
-
-	source := events.Source(ns, f.cfg.InstanceID)
-	subjects := events.Subjects(ns)
-	evs := make([]events.Event, 0, len(fires))
-	for _, fi := range fires {
-		data, err := mergeData(fi.row.jobData, fi.row.triggerData)
-		if err != nil {
-			return nil, fmt.Errorf("trigger %s.%s: %w", fi.claim.TriggerGroup, fi.claim.TriggerName, err)
-		}
-		jf := events.JobFired{
-			FireID:        fi.claim.FireID,
-			Job:           events.JobRef{Group: fi.claim.JobGroup, Name: fi.claim.JobName, Type: fi.row.jobType},
-			Trigger:       events.Key{Group: fi.claim.TriggerGroup, Name: fi.claim.TriggerName},
-			Data:          data,
-			ScheduledTime: fi.claim.SchedTime.UTC(),
-			FiredTime:     now.UTC(),
-			NextFireTime:  store.NullTime(fi.trig.NextFireTime),
-			Nonconcurrent: fi.claim.Nonconcurrent,
-		}
-		if fi.row.prev != nil {
-			p := fi.row.prev.UTC()
-			jf.PreviousFireTime = &p
-		}
-		if fi.row.timeoutMilli != nil {
-			jf.Timeout = (time.Duration(*fi.row.timeoutMilli) * time.Millisecond).String()
-		}
-		jobKey := events.Key{Group: fi.claim.JobGroup, Name: fi.claim.JobName}
-		ev, err := events.New(events.TypeJobFired, source, events.AggregateJob, jobKey.String(),
-			subjects.Fired(fi.row.jobType), now, jf)
-		if err != nil {
-			return nil, err
-		}
-		spanCtx, span := f.tracer.Start(telemetry.WithTraceParent(ctx, fi.row.traceParent), "agate.fire",
-			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(attribute.String("agate.fire_id", fi.claim.FireID.String()),
-				attribute.String("agate.job", jobKey.String())))
-		ev.TraceParent = telemetry.TraceParent(spanCtx)
-		span.End()
-		evs = append(evs, ev)
-	}
-	if err := events.Append(ctx, tx, ns, evs); err != nil {
-		return nil, err
-	}
-	return evs, nil
-}
-
-func (f *Firer) load(ctx context.Context, tx pgx.Tx, g, n []string) (map[[2]string]*row, error) {
 	rows, err := tx.Query(ctx, queries.Get("LoadForFire"), f.cfg.Namespace, g, n)
 	if err != nil {
 		return nil, fmt.Errorf("loading claimed triggers: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[[2]string]*row, len(g))
+	out := make(map[events.Key]*row, len(claims))
 	for rows.Next() {
-		var key [2]string
+		var key events.Key
 		r := &row{}
-		if err := rows.Scan(&key[0], &key[1], &r.state, &r.next, &r.prev, &r.times, &r.schedule, &r.calendar,
+		if err := rows.Scan(&key.Group, &key.Name, &r.state, &r.next, &r.prev, &r.times, &r.schedule, &r.calendar,
 			&r.triggerData, &r.traceParent, &r.jobType, &r.jobData, &r.timeoutMilli); err != nil {
 			return nil, fmt.Errorf("loading claimed triggers: %w", err)
 		}
@@ -431,7 +143,173 @@ func (f *Firer) load(ctx context.Context, tx pgx.Tx, g, n []string) (map[[2]stri
 	return out, nil
 }
 
-// mergeData merges job data with trigger data, trigger wins (CONTRACT.md JobFired.data).
+func calendarNames(rows map[events.Key]*row) []string {
+	names := make([]string, 0, len(rows))
+	for _, r := range rows {
+		names = append(names, r.calendar)
+	}
+	return names
+}
+
+// plan checks each claim against its trigger's row and advances the trigger of those that still
+// hold; the others are stale.
+func plan(claims []store.Claim, rows map[events.Key]*row, cals map[string]trigger.Calendar) ([]firing, []uuid.UUID, error) {
+	var fires []firing
+	var stale []uuid.UUID
+	firedJob := map[events.Key]bool{} // non-concurrent jobs fired in this batch
+	for _, c := range claims {
+		r := rows[c.Trigger()]
+		expect := store.StateWaiting
+		if c.Ahead {
+			expect = store.StateAcquired
+		}
+		if r == nil || r.state != expect || r.next == nil || !r.next.Equal(c.SchedTime) || (c.Nonconcurrent && firedJob[c.Job()]) {
+			stale = append(stale, c.FireID)
+			continue
+		}
+		t, err := trigger.Restore(r.schedule, r.next, r.prev, r.times)
+		if err != nil {
+			return nil, nil, fmt.Errorf("trigger %s: %w", c.Trigger(), err)
+		}
+		t.Triggered(cals[r.calendar])
+		state := store.StateWaiting
+		if c.Nonconcurrent {
+			state = store.StateBlocked
+			firedJob[c.Job()] = true
+		}
+		if t.NextFireTime.IsZero() {
+			state = store.StateComplete
+		}
+		fires = append(fires, firing{claim: c, row: r, trig: t, state: state})
+	}
+	return fires, stale, nil
+}
+
+// updateTriggers writes the advanced triggers, each guarded by the state and next fire time its
+// claim was made on. It returns the fires whose guard held and the fire ids of those whose did
+// not.
+func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing) ([]firing, []uuid.UUID, error) {
+	if len(fires) == 0 {
+		return nil, nil, nil
+	}
+	k := len(fires)
+	g, n, state, expect := make([]string, k), make([]string, k), make([]string, k), make([]string, k)
+	next, prev, old := make([]*time.Time, k), make([]*time.Time, k), make([]time.Time, k)
+	times := make([]int32, k)
+	for i, fi := range fires {
+		g[i], n[i], state[i], expect[i] = fi.claim.TriggerGroup, fi.claim.TriggerName, fi.state, fi.row.state
+		next[i], prev[i] = store.NullTime(fi.trig.NextFireTime), store.NullTime(fi.trig.PreviousFireTime)
+		times[i], old[i] = int32(fi.trig.TimesTriggered), fi.claim.SchedTime
+	}
+	rows, err := tx.Query(ctx, queries.Get("UpdateTriggers"), f.cfg.Namespace, g, n, state, next, prev, times, old, expect)
+	if err != nil {
+		return nil, nil, fmt.Errorf("updating fired triggers: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, store.ScanKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("updating fired triggers: %w", err)
+	}
+	updated := make(map[events.Key]bool, len(keys))
+	for _, key := range keys {
+		updated[key] = true
+	}
+	var kept []firing
+	var lost []uuid.UUID
+	for _, fi := range fires {
+		if updated[fi.claim.Trigger()] {
+			kept = append(kept, fi)
+		} else {
+			lost = append(lost, fi.claim.FireID)
+		}
+	}
+	return kept, lost, nil
+}
+
+// blockOthers blocks the other triggers of the non-concurrent jobs that fired (Quartz: they wait
+// until the execution completes). Only fires whose trigger update held count.
+func (f *Firer) blockOthers(ctx context.Context, tx pgx.Tx, fires []firing) error {
+	var g, n []string
+	for _, fi := range fires {
+		if fi.claim.Nonconcurrent {
+			g, n = append(g, fi.claim.JobGroup), append(n, fi.claim.JobName)
+		}
+	}
+	if len(g) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, queries.Get("BlockOthers"), f.cfg.Namespace, g, n); err != nil {
+		return fmt.Errorf("blocking triggers of non-concurrent jobs: %w", err)
+	}
+	return nil
+}
+
+// recordFired makes the fired rows of the fires EXECUTING (inserting those of claims fired at
+// once) and deletes the fired rows of stale claims made ahead.
+func (f *Firer) recordFired(ctx context.Context, tx pgx.Tx, fires []firing, stale []uuid.UUID, now time.Time) error {
+	if err := store.DeleteFired(ctx, tx, stale); err != nil {
+		return err
+	}
+	var ahead []uuid.UUID
+	var atOnce []store.Claim
+	for _, fi := range fires {
+		if fi.claim.Ahead {
+			ahead = append(ahead, fi.claim.FireID)
+		} else {
+			atOnce = append(atOnce, fi.claim)
+		}
+	}
+	if len(ahead) > 0 {
+		if _, err := tx.Exec(ctx, queries.Get("MarkExecuting"), ahead, now); err != nil {
+			return fmt.Errorf("marking fired rows executing: %w", err)
+		}
+	}
+	return store.InsertFired(ctx, tx, f.cfg.Namespace, f.cfg.InstanceID, store.FiredExecuting, now, atOnce)
+}
+
+// jobFired builds the JobFired event of each fire, each with a span in the trace of the command
+// that scheduled its trigger.
+func (f *Firer) jobFired(ctx context.Context, fires []firing, now time.Time) ([]events.Event, error) {
+	subjects := events.Subjects(f.cfg.Namespace)
+	evs := make([]events.Event, 0, len(fires))
+	for _, fi := range fires {
+		c, r := fi.claim, fi.row
+		data, err := mergeData(r.jobData, r.triggerData)
+		if err != nil {
+			return nil, fmt.Errorf("trigger %s: %w", c.Trigger(), err)
+		}
+		jf := events.JobFired{
+			FireID:        c.FireID,
+			Job:           events.JobRef{Group: c.JobGroup, Name: c.JobName, Type: r.jobType},
+			Trigger:       c.Trigger(),
+			Data:          data,
+			ScheduledTime: c.SchedTime.UTC(),
+			FiredTime:     now.UTC(),
+			NextFireTime:  store.NullTime(fi.trig.NextFireTime),
+			Nonconcurrent: c.Nonconcurrent,
+		}
+		if r.prev != nil {
+			jf.PreviousFireTime = store.NullTime(*r.prev)
+		}
+		if r.timeoutMilli != nil {
+			jf.Timeout = (time.Duration(*r.timeoutMilli) * time.Millisecond).String()
+		}
+		ev, err := events.New(events.TypeJobFired, f.origin.Source(), events.AggregateJob, c.Job().String(),
+			subjects.Fired(r.jobType), now, jf)
+		if err != nil {
+			return nil, err
+		}
+		spanCtx, span := f.tracer.Start(telemetry.WithTraceParent(ctx, r.traceParent), "agate.fire",
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("agate.fire_id", c.FireID.String()),
+				attribute.String("agate.job", c.Job().String())))
+		ev.TraceParent = telemetry.TraceParent(spanCtx)
+		span.End()
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+// mergeData merges job data with trigger data, trigger wins (the contract's JobFired.data).
 func mergeData(jobData, triggerData []byte) (json.RawMessage, error) {
 	if len(triggerData) == 0 || string(triggerData) == "{}" {
 		return jobData, nil

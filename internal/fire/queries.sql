@@ -29,10 +29,3 @@ where t.sched_name = $1 and t.job_group = j.g and t.job_name = j.n
 
 -- name: MarkExecuting
 update fired_triggers set state = 'EXECUTING', fired_time = $2 where entry_id = any($1);
-
--- name: Release
--- Give back claims this node will not fire (shutdown, stale claim).
-update triggers t set state = 'WAITING'
-from unnest($2::text[], $3::text[], $4::timestamptz[]) as c(g, n, nft)
-where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n
-  and t.state = 'ACQUIRED' and t.next_fire_time = c.nft;

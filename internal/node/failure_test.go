@@ -9,9 +9,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
-	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 // A trigger scheduled to fire before the node's next poll fires on time: applying the command

@@ -2,11 +2,8 @@ package node_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"log/slog"
 	"sync"
 	"testing"
@@ -17,12 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/command"
+	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
-	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/worker"
-	"github.com/agatesched/agate/schemas"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -39,35 +35,10 @@ type env struct {
 	log     *slog.Logger
 }
 
-// migrationsKey names the migrated template database; it changes when a migration does.
-func migrationsKey(t *testing.T) string {
-	h := sha256.New()
-	err := fs.WalkDir(schemas.SQL, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(schemas.SQL, path)
-		h.Write([]byte(path))
-		h.Write(b)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "agate-" + hex.EncodeToString(h.Sum(nil))[:12]
-}
-
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := t.Context()
-	dbURL := testenv.DatabaseFromTemplate(t, migrationsKey(t), func(ctx context.Context, url string) error {
-		pool, err := store.Open(ctx, url, 2)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		return store.Migrate(ctx, pool)
-	})
+	dbURL := testenv.MigratedDatabase(t)
 	e := &env{t: t, ns: testenv.Namespace(t), dbURL: dbURL, natsURL: testenv.NATS(t),
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	var err error

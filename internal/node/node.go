@@ -22,8 +22,10 @@ import (
 	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/fire"
+	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/recovery"
 	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/wake"
 )
 
 // Config configures a scheduler node. Zero values take each step's documented default.
@@ -105,25 +107,26 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		return err
 	}
 
-	relay := events.NewRelay(events.RelayConfig{Namespace: ns, SweepInterval: cfg.SweepInterval,
-		SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
-	var acq *acquire.Acquirer
-	wake := func() { acq.Wake() }
-	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, MaxBatch: cfg.Batch, Logger: log,
-		Now: cfg.Now, OnFired: wake}, pool, relay)
-	acq = acquire.New(acquire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Batch: cfg.Batch,
+	// One wake signal, made before the steps: every step that changes triggers notifies it, and
+	// the acquire loop waits on it.
+	wakeup := wake.New()
+	ob := outbox.New(outbox.Config{Namespace: ns, SweepInterval: cfg.SweepInterval, SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
+	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log, Now: cfg.Now})
+	queue := fire.NewQueue(fire.QueueConfig{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, MaxBatch: cfg.Batch,
+		Logger: log, Now: cfg.Now, Wake: wakeup}, ob, firer)
+	acq := acquire.New(acquire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Batch: cfg.Batch,
 		FireAhead: cfg.FireAhead, PollInterval: cfg.PollInterval, MisfireThreshold: cfg.MisfireThreshold,
-		Logger: log, Now: cfg.Now}, pool, firer)
+		Logger: log, Now: cfg.Now, Wake: wakeup}, ob, firer, queue)
 	commands, err := command.New(command.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, JobTypes: cfg.JobTypes,
-		MaxBodyBytes: cfg.MaxCommandBytes, Logger: log, Now: cfg.Now, OnApplied: wake}, pool, relay)
+		MaxBodyBytes: cfg.MaxCommandBytes, Logger: log, Now: cfg.Now, Wake: wakeup}, pool, ob)
 	if err != nil {
 		return err
 	}
 	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Logger: log,
-		OnReleased: wake}, pool, js, relay)
+		Wake: wakeup}, ob, js)
 	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks,
 		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
-		OnChanged: wake}, pool, relay)
+		Wake: wakeup}, pool, ob)
 
 	log.InfoContext(ctx, "scheduler node started", slog.String("namespace", ns),
 		slog.String("lock_mode", cmp.Or(cfg.LockMode, "partitioned")), slog.Int("lock_partitions", locks.Count()))
@@ -138,8 +141,8 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	}
 	run("recovery", recoverer.Run)
 	run("acquire", acq.Run)
-	run("fire", firer.Run)
-	run("outbox relay", relay.Run)
+	run("fire queue", queue.Run)
+	run("outbox", ob.Run)
 	run("completion consumer", completions.Run)
 	run("command consumer", func(ctx context.Context) error { return commands.Run(ctx, nc, js) })
 	err = g.Wait()

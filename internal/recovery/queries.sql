@@ -4,24 +4,10 @@ values ($1, $2, now(), $3)
 on conflict (sched_name, instance_id) do update set last_checkin_time = now(), checkin_interval_ms = $3;
 
 -- name: FailedNodes
--- The database clock decides (DESIGN §7). $3: also this instance's own leftovers at first check-in.
+-- The database clock decides (DESIGN §7).
 select instance_id from scheduler_state
-where sched_name = $1
-  and ((instance_id <> $2 and last_checkin_time + make_interval(secs => checkin_interval_ms * 2 / 1000.0) + interval '7.5 seconds' < now())
-       or (instance_id = $2 and $3));
-
--- name: ReleaseAcquired
--- Triggers claimed by dead nodes but not fired go back to WAITING.
-with gone as (
-    delete from fired_triggers
-    where sched_name = $1 and instance_id = any($2) and state = 'ACQUIRED'
-    returning trigger_group, trigger_name, sched_time
-)
-update triggers t set state = 'WAITING'
-from gone
-where t.sched_name = $1 and t.trigger_group = gone.trigger_group and t.trigger_name = gone.trigger_name
-  and t.state = 'ACQUIRED' and t.next_fire_time = gone.sched_time
-returning t.trigger_group, t.trigger_name;
+where sched_name = $1 and instance_id <> $2
+  and last_checkin_time + make_interval(secs => checkin_interval_ms * 2 / 1000.0) + interval '7.5 seconds' < now();
 
 -- name: ForgetNodes
 delete from scheduler_state where sched_name = $1 and instance_id = any($2) and instance_id <> $3;

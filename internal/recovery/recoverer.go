@@ -7,14 +7,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/testsignal"
 	"github.com/agatesched/agate/internal/trigger"
+	"github.com/agatesched/agate/internal/wake"
 )
 
 //go:embed queries.sql
@@ -43,35 +47,35 @@ type Config struct {
 	Logger           *slog.Logger
 	// Now is the node clock used for misfire decisions; tests inject one.
 	Now func() time.Time
-	// OnChanged is called after triggers were released or rescheduled (wired to acquire's Wake).
-	OnChanged func()
-}
-
-// Publisher publishes committed events (events.Relay).
-type Publisher interface {
-	Publish(ctx context.Context, evs []events.Event) error
+	// Wake is notified after triggers were released or rescheduled.
+	Wake *wake.Signal
 }
 
 // Recoverer runs check-in, failed-node recovery and the misfire scan.
 type Recoverer struct {
 	cfg       Config
 	pool      *pgxpool.Pool
-	pub       Publisher
+	outbox    *outbox.Outbox
+	origin    events.Origin
 	firstDone bool
+
+	TestSignals TestSignals
+}
+
+// TestSignals tell tests what the recoverer did.
+type TestSignals struct {
+	Pass testsignal.Signal[Result] // a pass ended (its result)
 }
 
 // New builds a Recoverer.
-func New(cfg Config, pool *pgxpool.Pool, pub Publisher) *Recoverer {
+func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) *Recoverer {
 	cfg.CheckinInterval = cmp.Or(cfg.CheckinInterval, CheckinIntervalDefault)
 	cfg.MisfireThreshold = cmp.Or(cfg.MisfireThreshold, MisfireThresholdDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.OnChanged == nil {
-		cfg.OnChanged = func() {}
-	}
-	return &Recoverer{cfg: cfg, pool: pool, pub: pub}
+	return &Recoverer{cfg: cfg, pool: pool, outbox: ob, origin: events.Origin{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID}}
 }
 
 // Run checks in and scans every CheckinInterval until ctx is cancelled.
@@ -79,9 +83,11 @@ func (r *Recoverer) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.CheckinInterval)
 	defer t.Stop()
 	for {
-		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+		res, err := r.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
 			r.cfg.Logger.WarnContext(ctx, "recovery pass failed; retrying", slog.Any("error", err))
 		}
+		r.TestSignals.Pass.Signal(res)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -92,87 +98,104 @@ func (r *Recoverer) Run(ctx context.Context) error {
 
 // Result says what one pass did.
 type Result struct {
-	FailedNodes []string
-	Released    int
-	Misfired    int
+	FailedNodes []string // nodes found failed and recovered
+	Released    int      // triggers released: claims of failed nodes, and this node's leftovers
+	Misfired    int      // misfired triggers handled
 }
 
-// RunOnce checks in, recovers failed nodes and handles misfires.
+// RunOnce checks in, recovers failed nodes and handles misfires. Its first pass also gives back
+// claims left by an earlier run of a node with this instance id.
 func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
-	ns := r.cfg.Namespace
-	if _, err := r.pool.Exec(ctx, queries.Get("CheckIn"), ns, r.cfg.InstanceID, r.cfg.CheckinInterval.Milliseconds()); err != nil {
+	if _, err := r.pool.Exec(ctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID, r.cfg.CheckinInterval.Milliseconds()); err != nil {
 		return res, fmt.Errorf("checking in: %w", err)
 	}
-	var evs []events.Event
-	err := store.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		evs, res = nil, Result{}
+	failed, released, err := r.recoverFailed(ctx)
+	if err != nil {
+		return res, fmt.Errorf("recovering failed nodes: %w", err)
+	}
+	res.FailedNodes, res.Released = failed, released
+	r.firstDone = true
+	misfired, err := r.handleMisfires(ctx)
+	res.Misfired = misfired
+	if res.Released > 0 || misfired > 0 {
+		r.cfg.Wake.Notify()
+	}
+	return res, err
+}
+
+// recoverFailed releases the claims of failed nodes (and, on the first pass, this instance's
+// leftovers) and forgets the failed nodes.
+func (r *Recoverer) recoverFailed(ctx context.Context) (failed []string, released int, err error) {
+	ns := r.cfg.Namespace
+	err = r.outbox.InTx(ctx, func(tx *outbox.Tx) error {
 		if err := store.WithLock(ctx, tx, ns, store.LockStateAccess); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, queries.Get("FailedNodes"), ns, r.cfg.InstanceID, !r.firstDone)
+		rows, err := tx.Query(ctx, queries.Get("FailedNodes"), ns, r.cfg.InstanceID)
 		if err != nil {
 			return fmt.Errorf("finding failed nodes: %w", err)
 		}
-		failed, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
+		if failed, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return fmt.Errorf("finding failed nodes: %w", err)
 		}
-		if len(failed) == 0 {
+		owners := failed
+		if !r.firstDone {
+			owners = append(slices.Clone(failed), r.cfg.InstanceID)
+		}
+		if len(failed) == 0 && r.firstDone {
 			return nil
 		}
 		if err := r.cfg.Locks.All(ctx, tx); err != nil {
 			return err
 		}
-		released, err := tx.Query(ctx, queries.Get("ReleaseAcquired"), ns, failed)
+		keys, err := store.ReleaseClaims(ctx, tx, ns, nil, owners)
 		if err != nil {
-			return fmt.Errorf("releasing triggers of failed nodes: %w", err)
+			return err
 		}
-		keys, err := pgx.CollectRows(released, func(row pgx.CollectableRow) (events.Key, error) {
-			var k events.Key
-			err := row.Scan(&k.Group, &k.Name)
-			return k, err
-		})
+		reason, extra := events.ReleaseNodeFailed, map[string]any{"nodes": failed}
+		if len(failed) == 0 {
+			reason, extra = events.ReleaseEarlierRun, nil
+		}
+		evs, err := r.origin.Released(keys, reason, r.cfg.Now(), extra)
 		if err != nil {
-			return fmt.Errorf("releasing triggers of failed nodes: %w", err)
+			return err
 		}
-		now := r.cfg.Now()
-		for _, k := range keys {
-			ev, err := events.New(events.TypeTriggerReleased, events.Source(ns, r.cfg.InstanceID), events.AggregateTrigger,
-				k.String(), events.Subjects(ns).Evt("trigger"), now, map[string]any{"trigger": k, "reason": "node failed", "nodes": failed})
-			if err != nil {
-				return err
-			}
-			evs = append(evs, ev)
-		}
+		tx.Append(evs...)
 		if _, err := tx.Exec(ctx, queries.Get("ForgetNodes"), ns, failed, r.cfg.InstanceID); err != nil {
 			return fmt.Errorf("removing failed nodes: %w", err)
 		}
-		res.FailedNodes, res.Released = failed, len(keys)
-		return events.Append(ctx, tx, ns, evs)
+		released = len(keys)
+		return nil
 	})
 	if err != nil {
-		return res, fmt.Errorf("recovering failed nodes: %w", err)
+		return nil, 0, err
 	}
-	r.firstDone = true
-	if len(res.FailedNodes) > 0 {
-		r.cfg.Logger.InfoContext(ctx, "recovered failed scheduler nodes", slog.Any("nodes", res.FailedNodes),
-			slog.Int("released_triggers", res.Released))
+	switch {
+	case len(failed) > 0:
+		r.cfg.Logger.InfoContext(ctx, "recovered failed scheduler nodes", slog.Any("nodes", failed),
+			slog.Int("released_triggers", released))
+	case released > 0:
+		r.cfg.Logger.InfoContext(ctx, "gave back claims left by an earlier run of this node", slog.Int("released_triggers", released))
 	}
-	r.publish(ctx, evs)
-	misfired, err := r.handleMisfires(ctx)
-	res.Misfired = misfired
-	if res.Released > 0 || misfired > 0 {
-		r.cfg.OnChanged()
-	}
-	return res, err
+	return failed, released, nil
+}
+
+// misfired is a trigger found past its misfire threshold.
+type misfired struct {
+	key      events.Key
+	schedule []byte
+	next     time.Time
+	prev     *time.Time
+	times    int
+	calendar string
 }
 
 func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
 	ns := r.cfg.Namespace
-	var evs []events.Event
-	err := store.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		evs = nil
+	handled := 0
+	err := r.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+		handled = 0
 		if err := r.cfg.Locks.All(ctx, tx); err != nil {
 			return err
 		}
@@ -180,14 +203,6 @@ func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
 		rows, err := tx.Query(ctx, queries.Get("SelectMisfired"), ns, now.Add(-r.cfg.MisfireThreshold), misfireBatch)
 		if err != nil {
 			return fmt.Errorf("selecting misfired triggers: %w", err)
-		}
-		type misfired struct {
-			key      events.Key
-			schedule []byte
-			next     time.Time
-			prev     *time.Time
-			times    int
-			calendar string
 		}
 		ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (misfired, error) {
 			var m misfired
@@ -197,66 +212,54 @@ func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
 		if err != nil {
 			return fmt.Errorf("selecting misfired triggers: %w", err)
 		}
-		if len(ms) == 0 {
-			return nil
-		}
-		var names []string
-		for _, m := range ms {
-			if m.calendar != "" {
-				names = append(names, m.calendar)
-			}
+		names := make([]string, len(ms))
+		for i, m := range ms {
+			names[i] = m.calendar
 		}
 		cals, err := store.LoadCalendars(ctx, tx, ns, names)
 		if err != nil {
 			return err
 		}
 		for _, m := range ms {
-			var def trigger.Definition
-			if err := json.Unmarshal(m.schedule, &def); err != nil {
-				return fmt.Errorf("trigger %s has an unreadable schedule: %w", m.key, err)
-			}
-			t := &trigger.Trigger{Definition: def, NextFireTime: m.next, TimesTriggered: m.times}
-			if m.prev != nil {
-				t.PreviousFireTime = *m.prev
-			}
-			t.UpdateAfterMisfire(cals[m.calendar], now)
-			schedule, err := json.Marshal(t.Definition)
-			if err != nil {
-				return fmt.Errorf("encoding trigger schedule: %w", err)
-			}
-			if _, err := tx.Exec(ctx, queries.Get("UpdateMisfired"), ns, m.key.Group, m.key.Name,
-				store.NullTime(t.NextFireTime), store.NullTime(t.PreviousFireTime), t.TimesTriggered, schedule, m.next); err != nil {
-				return fmt.Errorf("rescheduling misfired trigger %s: %w", m.key, err)
-			}
-			ev, err := events.New(events.TypeTriggerMisfired, events.Source(ns, r.cfg.InstanceID), events.AggregateTrigger,
-				m.key.String(), events.Subjects(ns).Evt("trigger"), now, map[string]any{
-					"trigger": m.key, "missedFireTime": m.next.UTC(), "nextFireTime": store.NullTime(t.NextFireTime),
-					"instruction": cmp.Or(def.Misfire, "smart_policy")})
-			if err != nil {
+			if err := r.misfire(ctx, tx, m, cals[m.calendar], now); err != nil {
 				return err
 			}
-			evs = append(evs, ev)
 		}
-		return events.Append(ctx, tx, ns, evs)
+		handled = len(ms)
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("handling misfires: %w", err)
 	}
-	if len(evs) > 0 {
-		r.cfg.Logger.InfoContext(ctx, "handled misfired triggers", slog.Int("triggers", len(evs)))
+	if handled > 0 {
+		r.cfg.Logger.InfoContext(ctx, "handled misfired triggers", slog.Int("triggers", handled))
 	}
-	r.publish(ctx, evs)
-	return len(evs), nil
+	return handled, nil
 }
 
-func (r *Recoverer) publish(ctx context.Context, evs []events.Event) {
-	if len(evs) == 0 {
-		return
+// misfire applies a trigger's misfire instruction (Quartz's updateAfterMisfire) and logs it.
+func (r *Recoverer) misfire(ctx context.Context, tx *outbox.Tx, m misfired, cal trigger.Calendar, now time.Time) error {
+	t, err := trigger.Restore(m.schedule, &m.next, m.prev, m.times)
+	if err != nil {
+		return fmt.Errorf("trigger %s: %w", m.key, err)
 	}
-	if err := r.pub.Publish(ctx, evs); err != nil {
-		r.cfg.Logger.WarnContext(ctx, "publishing recovery events failed; the outbox sweep will publish them",
-			slog.Any("error", err))
+	t.UpdateAfterMisfire(cal, now)
+	schedule, err := json.Marshal(t.Definition)
+	if err != nil {
+		return fmt.Errorf("encoding trigger schedule: %w", err)
 	}
+	if _, err := tx.Exec(ctx, queries.Get("UpdateMisfired"), r.cfg.Namespace, m.key.Group, m.key.Name,
+		store.NullTime(t.NextFireTime), store.NullTime(t.PreviousFireTime), t.TimesTriggered, schedule, m.next); err != nil {
+		return fmt.Errorf("rescheduling misfired trigger %s: %w", m.key, err)
+	}
+	ev, err := r.origin.Trigger(events.TypeTriggerMisfired, m.key, now, map[string]any{
+		"trigger": m.key, "missedFireTime": m.next.UTC(), "nextFireTime": store.NullTime(t.NextFireTime),
+		"instruction": cmp.Or(t.Misfire, "smart_policy")})
+	if err != nil {
+		return err
+	}
+	tx.Append(ev)
+	return nil
 }
 
 // Leave is a graceful exit from the cluster: this node's claims not yet fired go back to WAITING
@@ -265,18 +268,23 @@ func (r *Recoverer) publish(ctx context.Context, evs []events.Event) {
 func (r *Recoverer) Leave(ctx context.Context) error {
 	ns := r.cfg.Namespace
 	released := 0
-	err := store.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+	err := r.outbox.InTx(ctx, func(tx *outbox.Tx) error {
 		if err := r.cfg.Locks.All(ctx, tx); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, queries.Get("ReleaseAcquired"), ns, []string{r.cfg.InstanceID})
+		keys, err := store.ReleaseClaims(ctx, tx, ns, nil, []string{r.cfg.InstanceID})
 		if err != nil {
-			return fmt.Errorf("releasing this node's claims: %w", err)
+			return err
 		}
-		released = int(tag.RowsAffected())
+		evs, err := r.origin.Released(keys, events.ReleaseNodeStopping, r.cfg.Now(), nil)
+		if err != nil {
+			return err
+		}
+		tx.Append(evs...)
 		if _, err := tx.Exec(ctx, queries.Get("Leave"), ns, r.cfg.InstanceID); err != nil {
 			return fmt.Errorf("leaving the cluster: %w", err)
 		}
+		released = len(keys)
 		return nil
 	})
 	if err != nil {

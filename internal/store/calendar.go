@@ -3,16 +3,19 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agatesched/agate/internal/trigger"
 )
 
-// LoadCalendars reads and parses the named calendars of a namespace. Names not found are absent
-// from the map; the caller decides whether that is an error.
+// LoadCalendars reads and parses the named calendars of a namespace: the one calendar loader of
+// every step. Empty and repeated names are ignored. Names not found are absent from the map; the
+// caller decides whether that is an error.
 func LoadCalendars(ctx context.Context, tx pgx.Tx, namespace string, names []string) (map[string]trigger.Calendar, error) {
 	cals := map[string]trigger.Calendar{}
+	names = slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(names))), func(n string) bool { return n == "" })
 	if len(names) == 0 {
 		return cals, nil
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agatesched/agate/internal/events"
 )
 
 // Fired-trigger row states (Quartz's names).
@@ -39,7 +41,17 @@ type Claim struct {
 	Nonconcurrent    bool
 	RequestsRecovery bool
 	Partition        int // the lock partition the claim was made under (Locks)
+	// Ahead says the claim was made before its fire time: its trigger is ACQUIRED and it has a
+	// fired row in state ACQUIRED. Otherwise it is fired in the transaction that made it, and its
+	// trigger is still WAITING.
+	Ahead bool
 }
+
+// Trigger is the key of the claim's trigger.
+func (c Claim) Trigger() events.Key { return events.Key{Group: c.TriggerGroup, Name: c.TriggerName} }
+
+// Job is the key of the claim's job.
+func (c Claim) Job() events.Key { return events.Key{Group: c.JobGroup, Name: c.JobName} }
 
 // InsertFired writes the fired_triggers rows of claims in one statement.
 func InsertFired(ctx context.Context, tx pgx.Tx, namespace, instanceID, state string, now time.Time, claims []Claim) error {
@@ -83,4 +95,30 @@ func NullTime(t time.Time) *time.Time {
 	}
 	u := t.UTC()
 	return &u
+}
+
+// ReleaseClaims gives back claims that will not be fired: those with the given fire ids and all
+// those made by the given nodes. Their fired rows go and their triggers return to WAITING,
+// guarded by the claimed fire time, so a trigger that moved on is left alone. It returns the
+// released triggers.
+func ReleaseClaims(ctx context.Context, tx pgx.Tx, namespace string, fireIDs []uuid.UUID, instances []string) ([]events.Key, error) {
+	if len(fireIDs) == 0 && len(instances) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, queries.Get("ReleaseClaims"), namespace, fireIDs, instances)
+	if err != nil {
+		return nil, fmt.Errorf("releasing claims: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, ScanKey)
+	if err != nil {
+		return nil, fmt.Errorf("releasing claims: %w", err)
+	}
+	return keys, nil
+}
+
+// ScanKey reads a (group, name) row, for pgx.CollectRows.
+func ScanKey(row pgx.CollectableRow) (events.Key, error) {
+	var k events.Key
+	err := row.Scan(&k.Group, &k.Name)
+	return k, err
 }

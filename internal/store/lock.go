@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agatesched/agate/internal/events"
 )
 
 // Slots is the number of partition slots a trigger's job hashes to (triggers.partition). A lock
@@ -94,10 +96,10 @@ func (l Locks) TryPartition(ctx context.Context, tx pgx.Tx, p int) (bool, error)
 }
 
 // Jobs takes the partitions of the given jobs, in ascending order.
-func (l Locks) Jobs(ctx context.Context, tx pgx.Tx, jobs [][2]string) error {
+func (l Locks) Jobs(ctx context.Context, tx pgx.Tx, jobs []events.Key) error {
 	need := make([]bool, l.Count())
 	for _, j := range jobs {
-		need[l.PartitionOf(j[0], j[1])] = true
+		need[l.PartitionOf(j.Group, j.Name)] = true
 	}
 	for p, ok := range need {
 		if ok {

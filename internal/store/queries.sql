@@ -23,3 +23,17 @@ delete from fired_triggers where entry_id = any($1);
 
 -- name: LoadCalendars
 select calendar_name, calendar from calendars where sched_name = $1 and calendar_name = any($2);
+
+-- name: ReleaseClaims
+-- Claims given back unfired (shutdown, a failed fire transaction, a dead node), chosen by fire
+-- id ($2) or by the node that made them ($3).
+with gone as (
+    delete from fired_triggers
+    where sched_name = $1 and state = 'ACQUIRED' and (entry_id = any($2) or instance_id = any($3))
+    returning trigger_group, trigger_name, sched_time
+)
+update triggers t set state = 'WAITING'
+from gone
+where t.sched_name = $1 and t.trigger_group = gone.trigger_group and t.trigger_name = gone.trigger_name
+  and t.state = 'ACQUIRED' and t.next_fire_time = gone.sched_time
+returning t.trigger_group, t.trigger_name;

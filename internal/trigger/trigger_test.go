@@ -275,3 +275,30 @@ func TestMisfireCalendarAndDailyKinds(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+func TestRestoreRoundTrip(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	orig, err := New(Definition{Simple: &SimpleSchedule{Interval: "10s", RepeatCount: -1}, StartAt: &start}, start, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig.Triggered(nil)
+	schedule, err := json.Marshal(orig.Definition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, prev := orig.NextFireTime, orig.PreviousFireTime
+	got, err := Restore(schedule, &next, &prev, orig.TimesTriggered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Triggered(nil)
+	orig.Triggered(nil)
+	if !got.NextFireTime.Equal(orig.NextFireTime) || got.TimesTriggered != orig.TimesTriggered {
+		t.Fatalf("restored trigger fires at %v (%d times), the original at %v (%d)", got.NextFireTime, got.TimesTriggered,
+			orig.NextFireTime, orig.TimesTriggered)
+	}
+	if _, err := Restore([]byte(`{"simple":`), nil, nil, 0); err == nil {
+		t.Fatal("an unreadable schedule was restored")
+	}
+}

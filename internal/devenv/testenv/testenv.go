@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 
 	"github.com/agatesched/agate/internal/devenv/localpg"
 	"github.com/agatesched/agate/internal/devenv/natsembed"
@@ -49,11 +50,30 @@ var mainCalled atomic.Bool
 
 // Main runs the package's tests and then stops the shared servers. Call it
 // from TestMain.
+//
+// When the tests passed, it then fails the package if a goroutine the tests started is still
+// running: a loop that outlives its context is a bug a test should show.
 func Main(m *testing.M) {
 	mainCalled.Store(true)
 	code := m.Run()
 	shutdown()
+	if code == 0 {
+		if err := goleak.Find(LeakOptions()...); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: goroutines left running after the tests: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
+}
+
+// LeakOptions are the goroutines the leak check ignores: ones that libraries start once per
+// process and never stop. Packages that do not use [Main] check with
+// goleak.VerifyTestMain(m, testenv.LeakOptions()...).
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
+		// The watchdog that stops the shared servers if this process dies waits for it by design.
+		goleak.IgnoreAnyFunction("github.com/agatesched/agate/internal/devenv/testenv.startWatchdog.func1"),
+	}
 }
 
 func requireMain(t testing.TB) {

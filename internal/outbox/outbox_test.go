@@ -1,7 +1,8 @@
-package events_test
+package outbox
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/store"
-	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -54,7 +55,7 @@ func appendOne(t *testing.T, ctx context.Context, tx pgx.Tx, ns, name string) ev
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.Append(ctx, tx, ns, []events.Event{ev}); err != nil {
+	if err := appendEvents(ctx, tx, ns, []events.Event{ev}); err != nil {
 		t.Fatal(err)
 	}
 	return ev
@@ -78,7 +79,7 @@ func streamCount(t *testing.T, js jetstream.JetStream, ns string) uint64 {
 func TestSweepPublishesLeftoversWithoutSkipping(t *testing.T) {
 	pool, js, ns := setup(t)
 	ctx := t.Context()
-	relay := events.NewRelay(events.RelayConfig{Namespace: ns, SweepDelay: time.Nanosecond}, pool, js)
+	relay := New(Config{Namespace: ns, SweepDelay: time.Nanosecond}, pool, js)
 
 	// A slow transaction takes its seq first and commits last.
 	slow, err := pool.Begin(ctx)
@@ -121,10 +122,54 @@ func TestSweepPublishesLeftoversWithoutSkipping(t *testing.T) {
 	}
 	ev, _ := events.New(events.TypeTriggerScheduled, "x", events.AggregateTrigger, "g.slow", events.Subjects(ns).Evt("trigger"), time.Now(), nil)
 	ev.ID = ids[0]
-	if err := events.PublishNow(ctx, js, []events.Event{ev}); err != nil {
+	if err := publish(ctx, js, []events.Event{ev}); err != nil {
 		t.Fatal(err)
 	}
 	if got := streamCount(t, js, ns); got != 2 {
 		t.Fatalf("stream holds %d messages after a duplicate publish, want 2", got)
+	}
+}
+
+// InTx logs the events of a committed transaction and publishes those with a topic once it
+// committed; a transaction that fails logs and publishes nothing.
+func TestInTxLogsAndPublishesAfterCommit(t *testing.T) {
+	pool, js, ns := setup(t)
+	ctx := t.Context()
+	ob := New(Config{Namespace: ns, SweepInterval: time.Hour}, pool, js)
+	ob.TestSignals.Published.Init()
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- ob.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+
+	newEvent := func(topic string) events.Event {
+		ev, err := events.New(events.TypeTriggerScheduled, events.Source(ns, "test"), events.AggregateTrigger, "g.t", topic, time.Now(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	failed := errors.New("the change failed")
+	if err := ob.InTx(ctx, func(tx *Tx) error { tx.Append(newEvent(events.Subjects(ns).Evt("trigger"))); return failed }); !errors.Is(err, failed) {
+		t.Fatalf("InTx returned %v, want the function's error", err)
+	}
+	if err := ob.InTx(ctx, func(tx *Tx) error {
+		tx.Append(newEvent(events.Subjects(ns).Evt("trigger")), newEvent(""))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ob.TestSignals.Published.Wait(t); n != 1 {
+		t.Fatalf("published %d events, want the one with a topic", n)
+	}
+	var logged int
+	if err := pool.QueryRow(ctx, `select count(*) from events where sched_name = $1`, ns).Scan(&logged); err != nil {
+		t.Fatal(err)
+	}
+	if logged != 2 {
+		t.Fatalf("the log holds %d events, want the committed transaction's 2", logged)
+	}
+	if got := streamCount(t, js, ns); got != 1 {
+		t.Fatalf("stream holds %d messages, want 1", got)
 	}
 }

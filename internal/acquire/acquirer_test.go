@@ -1,0 +1,156 @@
+package acquire_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agatesched/agate/internal/acquire"
+	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/wake"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// handoff records what acquire hands to step ③: claims to fire in its transaction, and claims to
+// fire later.
+type handoff struct {
+	mu         sync.Mutex
+	now, later []store.Claim
+}
+
+func (h *handoff) Fire(_ context.Context, _ *outbox.Tx, claims []store.Claim) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.now = append(h.now, claims...)
+	return len(claims), nil
+}
+
+func (h *handoff) Add(claims []store.Claim) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.later = append(h.later, claims...)
+}
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func setup(t *testing.T, partitions int) (*testenv.Fixture, *testenv.Clock, *handoff, *acquire.Acquirer) {
+	t.Helper()
+	f := testenv.NewFixture(t, partitions)
+	clock := testenv.NewClock(t0)
+	h := &handoff{}
+	ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
+	a := acquire.New(acquire.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Batch: 10,
+		FireAhead: time.Second, Now: clock.Now}, ob, h, h)
+	return f, clock, h, a
+}
+
+func key(name string) events.Key { return events.Key{Group: "g", Name: name} }
+
+// A pass fires what is due in its own transaction, claims what is due within the fire-ahead
+// window (trigger and fired row ACQUIRED) for the queue, and leaves the rest.
+func TestRunOnceSplitsDueAndAhead(t *testing.T) {
+	for _, partitions := range []int{1, 4} {
+		f, _, h, a := setup(t, partitions)
+		f.Job(t, key("j"), false)
+		f.Trigger(t, key("due"), key("j"), testenv.Repeating(time.Minute), t0.Add(-time.Second))
+		f.Trigger(t, key("ahead"), key("j"), testenv.Repeating(time.Minute), t0.Add(500*time.Millisecond))
+		f.Trigger(t, key("later"), key("j"), testenv.Repeating(time.Minute), t0.Add(time.Hour))
+
+		res, err := a.RunOnce(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed != 2 || res.FiredNow != 1 || res.NextWaiting.IsZero() {
+			t.Fatalf("partitions %d: result %+v, want 2 claimed, 1 fired now", partitions, res)
+		}
+		if len(h.now) != 1 || h.now[0].Trigger() != key("due") || h.now[0].Ahead {
+			t.Fatalf("fired in the acquire transaction: %+v, want the due trigger, not ahead", h.now)
+		}
+		if len(h.later) != 1 || h.later[0].Trigger() != key("ahead") || !h.later[0].Ahead || h.later[0].FireID.String() == "" {
+			t.Fatalf("queued for later: %+v, want the ahead trigger", h.later)
+		}
+		if got := f.State(t, key("ahead")); got != store.StateAcquired {
+			t.Fatalf("ahead trigger is %s, want ACQUIRED", got)
+		}
+		if got := f.State(t, key("later")); got != store.StateWaiting {
+			t.Fatalf("later trigger is %s, want WAITING", got)
+		}
+		if n := f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and state = 'ACQUIRED' and entry_id = $2`,
+			h.later[0].FireID); n != 1 {
+			t.Fatalf("%d ACQUIRED fired rows for the queued claim, want 1", n)
+		}
+		// A second pass finds nothing new: the ahead trigger is claimed.
+		if res, err := a.RunOnce(t.Context()); err != nil || len(h.later) != 1 {
+			t.Fatalf("second pass: %+v, %v; queued %d claims, want still 1", res, err, len(h.later))
+		}
+	}
+}
+
+// Quartz acquires at most one trigger of a non-concurrent job per batch.
+func TestRunOnceOneTriggerPerNonconcurrentJob(t *testing.T) {
+	f, _, h, a := setup(t, 1)
+	f.Job(t, key("nc"), true)
+	f.Trigger(t, key("a"), key("nc"), testenv.Repeating(time.Minute), t0.Add(-2*time.Second))
+	f.Trigger(t, key("b"), key("nc"), testenv.Repeating(time.Minute), t0.Add(-time.Second))
+	if _, err := a.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.now) != 1 || h.now[0].Trigger() != key("a") {
+		t.Fatalf("claimed %+v, want only the earlier trigger of the non-concurrent job", h.now)
+	}
+}
+
+// An acquirer skips a partition another node holds instead of queueing behind it.
+func TestRunOnceSkipsHeldPartition(t *testing.T) {
+	f, _, h, a := setup(t, 2)
+	f.Job(t, key("j"), false)
+	f.Trigger(t, key("due"), key("j"), testenv.Repeating(time.Minute), t0.Add(-time.Second))
+	p := f.Locks.PartitionOf("g", "j")
+	tx, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := f.Locks.Partition(t.Context(), tx, p); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.RunOnce(t.Context()); err != nil || res.Claimed != 0 {
+		t.Fatalf("pass while partition %d is held: %+v, %v; want nothing claimed", p, res, err)
+	}
+	_ = tx.Rollback(t.Context())
+	if res, err := a.RunOnce(t.Context()); err != nil || res.Claimed != 1 || len(h.now) != 1 {
+		t.Fatalf("pass after release: %+v, %v", res, err)
+	}
+}
+
+// The loop acquires when woken, long before its poll interval.
+func TestRunWakesOnSignal(t *testing.T) {
+	f := testenv.NewFixture(t, 1)
+	clock := testenv.NewClock(t0)
+	h := &handoff{}
+	w := wake.New()
+	a := acquire.New(acquire.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks,
+		PollInterval: time.Hour, Now: clock.Now, Wake: w}, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), h, h)
+	a.TestSignals.Pass.Init()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx) }()
+	if res := a.TestSignals.Pass.Wait(t); res.Claimed != 0 {
+		t.Fatalf("first pass claimed %d on an empty namespace", res.Claimed)
+	}
+	f.Job(t, key("j"), false)
+	f.Trigger(t, key("new"), key("j"), testenv.OneShot(), t0)
+	w.Notify()
+	if res := a.TestSignals.Pass.Wait(t); res.Claimed != 1 {
+		t.Fatalf("woken pass claimed %d, want the new trigger", res.Claimed)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,107 @@
+package complete_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agatesched/agate/internal/complete"
+	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/wake"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func key(name string) events.Key { return events.Key{Group: "g", Name: name} }
+
+// executing leaves trigger k of job j in state after a fire, with the fire's EXECUTING row.
+func executing(t *testing.T, f *testenv.Fixture, k, j events.Key, state string, nonconcurrent bool) uuid.UUID {
+	t.Helper()
+	f.Trigger(t, k, j, testenv.Repeating(time.Minute), t0)
+	f.Exec(t, `update triggers set state = $4 where sched_name = $1 and trigger_group = $2 and trigger_name = $3`,
+		f.Namespace(), k.Group, k.Name, state)
+	id := uuid.Must(uuid.NewV7())
+	f.Exec(t, `insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,
+		fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
+		values ($1, $2, $3, $4, $5, $6, 'n1', $7, $7, 'EXECUTING', $8, false, 5)`,
+		f.Namespace(), id, k.Group, k.Name, j.Group, j.Name, t0, nonconcurrent)
+	return id
+}
+
+func outcome(t *testing.T, typ string, id uuid.UUID, j events.Key, final bool) complete.Outcome {
+	t.Helper()
+	res := events.JobResult{FireID: id, Job: events.JobRef{Group: j.Group, Name: j.Name, Type: "noop"}}
+	if typ == events.TypeJobFailed {
+		res.Error = &events.JobError{Message: "boom", Final: final}
+	}
+	ev, err := events.New(typ, "agate/test/w1", events.AggregateJob, j.String(), "", t0, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return complete.Outcome{Type: typ, Event: ev, Result: res}
+}
+
+// Ending outcomes delete the fired rows, release what a non-concurrent job blocked, delete a
+// finished one-shot and its job, and are recorded once; a retryable failure changes nothing but
+// the log.
+func TestApply(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	w := wake.New()
+	c := complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: w},
+		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), nil)
+	f.Job(t, key("nc"), true)
+	ncFire := executing(t, f, key("nc-a"), key("nc"), store.StateBlocked, true)
+	f.Trigger(t, key("nc-b"), key("nc"), testenv.Repeating(time.Minute), t0)
+	f.Exec(t, `update triggers set state = 'PAUSED_BLOCKED' where sched_name = $1 and trigger_name = 'nc-b'`, f.Namespace())
+	f.Job(t, key("once"), false)
+	onceFire := executing(t, f, key("once-t"), key("once"), store.StateComplete, false)
+	f.Job(t, key("flaky"), false)
+	flakyFire := executing(t, f, key("flaky-t"), key("flaky"), store.StateWaiting, false)
+
+	outs := []complete.Outcome{
+		outcome(t, events.TypeJobCompleted, ncFire, key("nc"), false),
+		outcome(t, events.TypeJobCompleted, onceFire, key("once"), false),
+		outcome(t, events.TypeJobFailed, flakyFire, key("flaky"), false),
+	}
+	got, err := c.Apply(t.Context(), outs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (complete.Applied{Ended: 2, Released: 2}); got != want {
+		t.Fatalf("applied %+v, want %+v", got, want)
+	}
+	select {
+	case <-w.C():
+	default:
+		t.Fatal("releasing triggers did not wake the acquire loop")
+	}
+	for k, want := range map[string]string{"nc-a": store.StateWaiting, "nc-b": store.StatePaused, "once-t": "", "flaky-t": store.StateWaiting} {
+		if got := f.State(t, key(k)); got != want {
+			t.Errorf("trigger %s is %q, want %q", k, got, want)
+		}
+	}
+	if n := f.Count(t, `select count(*) from job_details where sched_name = $1 and job_name = 'once'`); n != 0 {
+		t.Error("the finished one-shot's non-durable job was not deleted")
+	}
+	if n := f.Count(t, `select count(*) from fired_triggers where sched_name = $1`); n != 1 {
+		t.Errorf("%d fired rows left, want only the retrying one", n)
+	}
+	// The same outcomes again (a redelivery): nothing changes and nothing is logged twice.
+	before := len(f.EventTypes(t))
+	got, err = c.Apply(t.Context(), outs[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (complete.Applied{Ignored: 2}); got != want {
+		t.Fatalf("redelivered outcomes applied %+v, want %+v", got, want)
+	}
+	if after := len(f.EventTypes(t)); after != before {
+		t.Fatalf("redelivered outcomes logged %d more events", after-before)
+	}
+}

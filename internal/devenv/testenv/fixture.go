@@ -1,0 +1,178 @@
+package testenv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io/fs"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/trigger"
+	"github.com/agatesched/agate/schemas"
+)
+
+// MigratedDatabase is [DatabaseFromTemplate] with Agate's schema: a fresh database with every
+// migration applied, copied from a template made once per set of migration files.
+func MigratedDatabase(t testing.TB) string {
+	t.Helper()
+	return DatabaseFromTemplate(t, migrationsKey(t), func(ctx context.Context, url string) error {
+		pool, err := store.Open(ctx, url, 2)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return store.Migrate(ctx, pool)
+	})
+}
+
+// migrationsKey names the migrated template database; it changes when a migration does.
+func migrationsKey(t testing.TB) string {
+	h := sha256.New()
+	err := fs.WalkDir(schemas.SQL, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(schemas.SQL, path)
+		h.Write([]byte(path))
+		h.Write(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "agate-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// Fixture is a migrated database and a namespace with its lock rows, for the tests of one step.
+// Its helpers write rows as the command step would, so a step can be tested without the others.
+type Fixture struct {
+	Pool  *pgxpool.Pool
+	Locks store.Locks
+}
+
+// NewFixture makes a migrated database and a namespace with partitions lock partitions (0 or 1:
+// global mode).
+func NewFixture(t testing.TB, partitions int) *Fixture {
+	t.Helper()
+	pool, err := store.Open(t.Context(), MigratedDatabase(t), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	locks := store.Locks{Namespace: Namespace(t), Partitions: partitions}
+	if err := locks.Ensure(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return &Fixture{Pool: pool, Locks: locks}
+}
+
+// Namespace is the fixture's namespace.
+func (f *Fixture) Namespace() string { return f.Locks.Namespace }
+
+// Job inserts a job of type noop.
+func (f *Fixture) Job(t testing.TB, key events.Key, nonconcurrent bool) {
+	t.Helper()
+	f.Exec(t, `insert into job_details (sched_name, job_group, job_name, job_type, nonconcurrent) values ($1, $2, $3, 'noop', $4)`,
+		f.Namespace(), key.Group, key.Name, nonconcurrent)
+}
+
+// Trigger inserts a WAITING trigger of job with the given schedule, first due at next.
+func (f *Fixture) Trigger(t testing.TB, key, job events.Key, def trigger.Definition, next time.Time) {
+	t.Helper()
+	if def.StartAt == nil {
+		def.StartAt = &next
+	}
+	schedule, err := json.Marshal(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Exec(t, `insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_name, kind, schedule,
+		start_time, next_fire_time, state, partition) values ($1, $2, $3, $4, $5, 'simple', $6, $7, $7, 'WAITING', $8)`,
+		f.Namespace(), key.Group, key.Name, job.Group, job.Name, schedule, next, store.SlotOf(job.Group, job.Name))
+}
+
+// Repeating is a simple schedule firing every interval forever.
+func Repeating(interval time.Duration) trigger.Definition {
+	return trigger.Definition{Simple: &trigger.SimpleSchedule{Interval: interval.String(), RepeatCount: -1}}
+}
+
+// OneShot is a simple schedule firing once.
+func OneShot() trigger.Definition {
+	return trigger.Definition{Simple: &trigger.SimpleSchedule{RepeatCount: 0}}
+}
+
+// Exec runs a statement, failing the test on error.
+func (f *Fixture) Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	if _, err := f.Pool.Exec(t.Context(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// State is the state of a trigger, "" when it does not exist.
+func (f *Fixture) State(t testing.TB, key events.Key) string {
+	t.Helper()
+	var state string
+	_ = f.Pool.QueryRow(t.Context(), `select state from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3`,
+		f.Namespace(), key.Group, key.Name).Scan(&state)
+	return state
+}
+
+// Count runs a count(*) query whose first parameter is the namespace.
+func (f *Fixture) Count(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.Pool.QueryRow(t.Context(), sql, append([]any{f.Namespace()}, args...)...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// EventTypes lists the types of the namespace's logged events, in log order.
+func (f *Fixture) EventTypes(t testing.TB) []string {
+	t.Helper()
+	rows, err := f.Pool.Query(t.Context(), `select type from events where sched_name = $1 order by seq`, f.Namespace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var types []string
+	for rows.Next() {
+		var typ string
+		if err := rows.Scan(&typ); err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, typ)
+	}
+	return types
+}
+
+// Clock is a settable clock for the steps' Now.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock starts a clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Set moves the clock.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}

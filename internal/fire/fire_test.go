@@ -1,0 +1,186 @@
+package fire_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/fire"
+	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/store"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func key(name string) events.Key { return events.Key{Group: "g", Name: name} }
+
+type env struct {
+	f      *testenv.Fixture
+	clock  *testenv.Clock
+	outbox *outbox.Outbox
+	firer  *fire.Firer
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	f := testenv.NewFixture(t, 1)
+	clock := testenv.NewClock(t0)
+	return &env{f: f, clock: clock, outbox: outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil),
+		firer: fire.New(fire.Config{Namespace: f.Namespace(), InstanceID: "n1", Now: clock.Now})}
+}
+
+// claim makes a claim of trigger k of job j, due at sched, as acquire would; an ahead claim also
+// gets its ACQUIRED trigger and fired row.
+func (e *env) claim(t *testing.T, k, j events.Key, sched time.Time, ahead, nonconcurrent bool) store.Claim {
+	t.Helper()
+	c := store.Claim{FireID: uuid.Must(uuid.NewV7()), TriggerGroup: k.Group, TriggerName: k.Name, JobGroup: j.Group,
+		JobName: j.Name, SchedTime: sched, Priority: 5, Nonconcurrent: nonconcurrent, Ahead: ahead}
+	if ahead {
+		e.f.Exec(t, `update triggers set state = 'ACQUIRED' where sched_name = $1 and trigger_group = $2 and trigger_name = $3`,
+			e.f.Namespace(), k.Group, k.Name)
+		err := e.outbox.InTx(t.Context(), func(tx *outbox.Tx) error {
+			return store.InsertFired(t.Context(), tx, e.f.Namespace(), "n1", store.FiredAcquired, t0, []store.Claim{c})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func (e *env) fire(t *testing.T, claims ...store.Claim) int {
+	t.Helper()
+	fired := 0
+	err := e.outbox.InTx(t.Context(), func(tx *outbox.Tx) error {
+		if err := e.f.Locks.All(t.Context(), tx); err != nil {
+			return err
+		}
+		var err error
+		fired, err = e.firer.Fire(t.Context(), tx, claims)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fired
+}
+
+func (e *env) nextFire(t *testing.T, k events.Key) time.Time {
+	t.Helper()
+	var next *time.Time
+	_ = e.f.Pool.QueryRow(t.Context(), `select next_fire_time from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3`,
+		e.f.Namespace(), k.Group, k.Name).Scan(&next)
+	if next == nil {
+		return time.Time{}
+	}
+	return *next
+}
+
+// A fire advances the trigger, leaves an EXECUTING fired row and logs JobFired, for claims fired
+// at once and claims made ahead alike.
+func TestFireAdvancesRecordsAndLogs(t *testing.T) {
+	for _, ahead := range []bool{false, true} {
+		e := setup(t)
+		e.f.Job(t, key("j"), false)
+		e.f.Trigger(t, key("t"), key("j"), testenv.Repeating(time.Minute), t0)
+		c := e.claim(t, key("t"), key("j"), t0, ahead, false)
+		if n := e.fire(t, c); n != 1 {
+			t.Fatalf("ahead=%v: fired %d, want 1", ahead, n)
+		}
+		if got := e.nextFire(t, key("t")); !got.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("next fire %v, want %v", got, t0.Add(time.Minute))
+		}
+		if got := e.f.State(t, key("t")); got != store.StateWaiting {
+			t.Fatalf("trigger is %s after its fire, want WAITING", got)
+		}
+		if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and entry_id = $2 and state = 'EXECUTING'`, c.FireID); n != 1 {
+			t.Fatalf("%d EXECUTING fired rows for the fire, want 1", n)
+		}
+		if types := e.f.EventTypes(t); len(types) != 1 || types[0] != events.TypeJobFired {
+			t.Fatalf("logged %v, want one JobFired", types)
+		}
+	}
+}
+
+// A claim whose trigger moved on since it was made is dropped with its fired row: never a fire
+// for a (trigger, time) that is no longer due.
+func TestFireDropsStaleClaims(t *testing.T) {
+	e := setup(t)
+	e.f.Job(t, key("j"), false)
+	e.f.Trigger(t, key("t"), key("j"), testenv.Repeating(time.Minute), t0)
+	c := e.claim(t, key("t"), key("j"), t0, true, false)
+	e.f.Exec(t, `update triggers set next_fire_time = $2 where sched_name = $1`, e.f.Namespace(), t0.Add(time.Hour))
+	if n := e.fire(t, c); n != 0 {
+		t.Fatalf("fired %d stale claims", n)
+	}
+	if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1`); n != 0 {
+		t.Fatalf("%d fired rows left for a dropped claim", n)
+	}
+	if types := e.f.EventTypes(t); len(types) != 0 {
+		t.Fatalf("logged %v for a dropped claim", types)
+	}
+}
+
+// A non-concurrent job's fire blocks the trigger and the job's other triggers; a one-shot ends
+// COMPLETE.
+func TestFireBlocksNonconcurrentAndCompletesOneShot(t *testing.T) {
+	e := setup(t)
+	e.f.Job(t, key("nc"), true)
+	e.f.Trigger(t, key("a"), key("nc"), testenv.Repeating(time.Minute), t0)
+	e.f.Trigger(t, key("b"), key("nc"), testenv.Repeating(time.Minute), t0.Add(time.Second))
+	e.f.Job(t, key("once"), false)
+	e.f.Trigger(t, key("o"), key("once"), testenv.OneShot(), t0)
+	if n := e.fire(t, e.claim(t, key("a"), key("nc"), t0, false, true), e.claim(t, key("o"), key("once"), t0, false, false)); n != 2 {
+		t.Fatalf("fired %d, want 2", n)
+	}
+	for k, want := range map[string]string{"a": store.StateBlocked, "b": store.StateBlocked, "o": store.StateComplete} {
+		if got := e.f.State(t, key(k)); got != want {
+			t.Errorf("trigger %s is %s, want %s", k, got, want)
+		}
+	}
+}
+
+// The queue fires an ahead claim when it is due, and gives back what is still queued when it
+// stops.
+func TestQueueFiresWhenDueAndReleasesOnStop(t *testing.T) {
+	e := setup(t)
+	start := time.Now().Truncate(time.Millisecond) // PostgreSQL keeps microseconds
+	e.clock.Set(start)
+	e.f.Job(t, key("j"), false)
+	e.f.Trigger(t, key("soon"), key("j"), testenv.Repeating(time.Minute), start.Add(50*time.Millisecond))
+	e.f.Trigger(t, key("late"), key("j"), testenv.Repeating(time.Minute), start.Add(time.Hour))
+	q := fire.NewQueue(fire.QueueConfig{Namespace: e.f.Namespace(), InstanceID: "n1", Locks: e.f.Locks, Now: time.Now},
+		e.outbox, e.firer)
+	q.TestSignals.Fired.Init()
+	q.TestSignals.Released.Init()
+	q.Add([]store.Claim{e.claim(t, key("late"), key("j"), start.Add(time.Hour), true, false),
+		e.claim(t, key("soon"), key("j"), start.Add(50*time.Millisecond), true, false)})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- q.Run(ctx) }()
+	if n := q.TestSignals.Fired.Wait(t); n != 1 {
+		t.Fatalf("fired %d, want the claim that came due", n)
+	}
+	if time.Since(start) < 50*time.Millisecond {
+		t.Fatal("fired before the claim was due")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := q.TestSignals.Released.Wait(t); n != 1 {
+		t.Fatalf("released %d triggers at stop, want 1", n)
+	}
+	if got := e.f.State(t, key("late")); got != store.StateWaiting {
+		t.Fatalf("the unfired claim's trigger is %s after stop, want WAITING", got)
+	}
+	if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and state = 'ACQUIRED'`); n != 0 {
+		t.Fatalf("%d ACQUIRED fired rows left after stop", n)
+	}
+}

@@ -1,0 +1,211 @@
+package fire
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/testsignal"
+	"github.com/agatesched/agate/internal/wake"
+)
+
+// MaxBatchDefault is the default of QueueConfig.MaxBatch.
+const MaxBatchDefault = 500
+
+// QueueConfig configures a Queue.
+type QueueConfig struct {
+	Namespace  string
+	InstanceID string
+	// Locks is the lock protocol (global or partitioned).
+	Locks store.Locks
+	// MaxBatch is the most claims fired in one transaction. Default 500.
+	MaxBatch int
+	Logger   *slog.Logger
+	// Now is the node clock; tests inject one.
+	Now func() time.Time
+	// Wake is notified after a fire: a fired trigger's next fire may already be due.
+	Wake *wake.Signal
+}
+
+// Queue holds the claims acquired ahead of their fire time and fires each when it is due, in a
+// transaction of its own under the claim's lock partition.
+type Queue struct {
+	cfg    QueueConfig
+	outbox *outbox.Outbox
+	firer  *Firer
+
+	mu      sync.Mutex
+	pending []store.Claim // sorted by SchedTime
+	kick    chan struct{}
+
+	TestSignals QueueSignals
+}
+
+// QueueSignals tell tests what the queue did.
+type QueueSignals struct {
+	Fired    testsignal.Signal[int] // a fire transaction committed: claims fired
+	Released testsignal.Signal[int] // claims given back: triggers released
+}
+
+// NewQueue builds a Queue that fires with firer.
+func NewQueue(cfg QueueConfig, ob *outbox.Outbox, firer *Firer) *Queue {
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, MaxBatchDefault)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Queue{cfg: cfg, outbox: ob, firer: firer, kick: make(chan struct{}, 1)}
+}
+
+// Add queues claims acquired ahead of their fire time.
+func (q *Queue) Add(claims []store.Claim) {
+	if len(claims) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.pending = append(q.pending, claims...)
+	slices.SortStableFunc(q.pending, func(a, b store.Claim) int { return a.SchedTime.Compare(b.SchedTime) })
+	q.mu.Unlock()
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Len is the number of claims waiting.
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending)
+}
+
+// Run fires queued claims at their time until ctx is cancelled, then releases what is left.
+func (q *Queue) Run(ctx context.Context) error {
+	for {
+		due, next := q.takeDue()
+		if len(due) > 0 {
+			q.fireDue(ctx, due)
+			continue
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = next.Sub(q.cfg.Now())
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			q.mu.Lock()
+			left := q.pending
+			q.pending = nil
+			q.mu.Unlock()
+			q.release(ctx, left, events.ReleaseNodeStopping)
+			return nil
+		case <-q.kick:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// takeDue pops the claims due now (at most MaxBatch) and returns the next pending time.
+func (q *Queue) takeDue() ([]store.Claim, time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.cfg.Now()
+	n := 0
+	for n < len(q.pending) && n < q.cfg.MaxBatch && !q.pending[n].SchedTime.After(now) {
+		n++
+	}
+	due := slices.Clone(q.pending[:n])
+	q.pending = q.pending[n:]
+	var next time.Time
+	if len(q.pending) > 0 {
+		next = q.pending[0].SchedTime
+	}
+	return due, next
+}
+
+// fireDue fires due claims in one transaction per lock partition they were made under. The
+// claims of a transaction that fails are given back, so another pass or node fires them.
+func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
+	byPartition := map[int][]store.Claim{}
+	for _, c := range claims {
+		byPartition[c.Partition] = append(byPartition[c.Partition], c)
+	}
+	for p, group := range byPartition {
+		fired := 0
+		err := q.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+			if err := q.cfg.Locks.Partition(ctx, tx, p); err != nil {
+				return err
+			}
+			var err error
+			fired, err = q.firer.Fire(ctx, tx, group)
+			return err
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				q.cfg.Logger.WarnContext(ctx, "fire transaction failed; giving its claims back",
+					slog.Int("claims", len(group)), slog.Any("error", err))
+			}
+			q.release(ctx, group, events.ReleaseFireFailed)
+			continue
+		}
+		q.TestSignals.Fired.Signal(fired)
+	}
+	q.cfg.Wake.Notify()
+}
+
+// release gives claims back: their triggers return to WAITING and their fired rows go. It runs
+// on a context of its own, since it also runs when the node stops.
+func (q *Queue) release(ctx context.Context, claims []store.Claim, reason string) {
+	if len(claims) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ids := make([]uuid.UUID, len(claims))
+	for i, c := range claims {
+		ids[i] = c.FireID
+	}
+	origin := events.Origin{Namespace: q.cfg.Namespace, InstanceID: q.cfg.InstanceID}
+	var keys []events.Key
+	err := q.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+		if err := q.cfg.Locks.Jobs(ctx, tx, jobsOf(claims)); err != nil {
+			return err
+		}
+		var err error
+		if keys, err = store.ReleaseClaims(ctx, tx, q.cfg.Namespace, ids, nil); err != nil {
+			return err
+		}
+		evs, err := origin.Released(keys, reason, q.cfg.Now(), nil)
+		tx.Append(evs...)
+		return err
+	})
+	if err != nil {
+		// Recovery releases the claims of a node that is gone; nothing is lost.
+		q.cfg.Logger.WarnContext(ctx, "giving claims back failed; cluster recovery will release them",
+			slog.Int("claims", len(claims)), slog.Any("error", fmt.Errorf("%s: %w", reason, err)))
+		return
+	}
+	q.TestSignals.Released.Signal(len(keys))
+	q.cfg.Logger.InfoContext(ctx, "gave claims back", slog.Int("triggers", len(keys)), slog.String("reason", reason))
+	q.cfg.Wake.Notify()
+}
+
+func jobsOf(claims []store.Claim) []events.Key {
+	jobs := make([]events.Key, len(claims))
+	for i, c := range claims {
+		jobs[i] = c.Job()
+	}
+	return jobs
+}

@@ -1,0 +1,295 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/testsignal"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = store.ParseQueries(queriesSQL)
+
+// Config configures an Outbox.
+type Config struct {
+	Namespace string
+	// SweepInterval is how often the sweep looks for events nobody published. Default 1s.
+	SweepInterval time.Duration
+	// SweepDelay is how old an event must be before the sweep republishes it: younger ones are
+	// normally being published by the node that committed them. Default 3s.
+	SweepDelay time.Duration
+	// SweepBatch is the most events one sweep transaction publishes. Default 1000.
+	SweepBatch int
+	// QueueLen is how many committed transactions' events may wait for the publisher; beyond
+	// that (NATS slow or down) they are left to the sweep. Default 1024.
+	QueueLen int
+	Logger   *slog.Logger
+}
+
+// Outbox writes events to the log in the transaction of the change they describe and publishes
+// them to JetStream after commit.
+//
+// InTx is the one way a step changes state: the events its function appends are inserted in the
+// same transaction and, once the commit succeeded, handed to a background publisher, so a slow
+// or absent NATS never holds up acquiring and firing. Run runs that publisher and the sweep,
+// which publishes, in log order behind a cursor, every committed event that was not published
+// (its node died between commit and publish, NATS was down, the queue was full).
+//
+// nats.go's jetstream package is used directly rather than a watermill publisher: the outbox
+// needs PublishMsgAsync with per-message PubAck futures to know what was stored.
+type Outbox struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	js    jetstream.JetStream
+	queue chan []events.Event
+
+	TestSignals TestSignals
+}
+
+// TestSignals tell tests what the outbox did (see internal/testsignal).
+type TestSignals struct {
+	Published testsignal.Signal[int] // a committed batch was published: its event count
+	Swept     testsignal.Signal[int] // a sweep pass published this many events
+}
+
+// New builds an Outbox. js may be nil for an outbox that only writes the log (its events are
+// then published by another node's sweep).
+func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream) *Outbox {
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, time.Second)
+	cfg.SweepDelay = cmp.Or(cfg.SweepDelay, 3*time.Second)
+	cfg.SweepBatch = cmp.Or(cfg.SweepBatch, 1000)
+	cfg.QueueLen = cmp.Or(cfg.QueueLen, 1024)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return &Outbox{cfg: cfg, pool: pool, js: js, queue: make(chan []events.Event, cfg.QueueLen)}
+}
+
+// Tx is a transaction that records the events of the change it makes.
+type Tx struct {
+	pgx.Tx
+	evs []events.Event
+}
+
+// Append records events of this transaction's change; they are written to the log before
+// commit and published after.
+func (tx *Tx) Append(evs ...events.Event) { tx.evs = append(tx.evs, evs...) }
+
+// InTx runs fn in a transaction. The events fn appended are written to the log in that
+// transaction, in one statement; once the commit succeeded they are queued for publishing. An
+// event that cannot be queued is in the log, and the sweep publishes it.
+func (o *Outbox) InTx(ctx context.Context, fn func(tx *Tx) error) error {
+	var evs []events.Event
+	err := store.InTx(ctx, o.pool, func(ptx pgx.Tx) error {
+		tx := &Tx{Tx: ptx}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		evs = tx.evs
+		return appendEvents(ctx, ptx, o.cfg.Namespace, evs)
+	})
+	if err != nil {
+		return err
+	}
+	o.enqueue(ctx, evs)
+	return nil
+}
+
+// appendEvents writes evs to the log in tx, in one statement.
+func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	n := len(evs)
+	ids := make([]uuid.UUID, n)
+	types, sources, aggs, aggIDs, topics, datas, traces := make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	times := make([]time.Time, n)
+	for i, e := range evs {
+		ids[i], types[i], sources[i], aggs[i], aggIDs[i] = e.ID, e.Type, e.Source, e.Aggregate, e.AggregateID
+		topics[i], times[i], datas[i], traces[i] = e.Topic, e.Time, string(e.Data), e.TraceParent
+	}
+	_, err := tx.Exec(ctx, queries.Get("Append"), namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces)
+	if err != nil {
+		return fmt.Errorf("appending %d events to the log: %w", n, err)
+	}
+	return nil
+}
+
+// enqueue hands committed events with a topic to the publisher without waiting.
+func (o *Outbox) enqueue(ctx context.Context, evs []events.Event) {
+	var pub []events.Event
+	for _, e := range evs {
+		if e.Topic != "" { // a completion recorded from the bus is already on it
+			pub = append(pub, e)
+		}
+	}
+	if len(pub) == 0 {
+		return
+	}
+	select {
+	case o.queue <- pub:
+	default:
+		o.cfg.Logger.WarnContext(ctx, "the publish queue is full (NATS slow or unreachable); the outbox sweep will publish these events",
+			slog.Int("events", len(pub)))
+	}
+}
+
+// Run publishes queued events and sweeps until ctx is cancelled.
+func (o *Outbox) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		o.runPublisher(ctx)
+	}()
+	defer func() { <-done }()
+	t := time.NewTicker(o.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for {
+			n, err := o.SweepOnce(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				o.cfg.Logger.WarnContext(ctx, "outbox sweep failed; will retry", slog.Any("error", err))
+				break
+			}
+			if n < o.cfg.SweepBatch {
+				break
+			}
+		}
+	}
+}
+
+// runPublisher publishes queued batches until ctx is cancelled.
+func (o *Outbox) runPublisher(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case evs := <-o.queue:
+			if err := publish(ctx, o.js, evs); err != nil {
+				if ctx.Err() == nil {
+					o.cfg.Logger.WarnContext(ctx, "publishing committed events failed; the outbox sweep will publish them",
+						slog.Int("events", len(evs)), slog.Any("error", err))
+				}
+				continue
+			}
+			o.TestSignals.Published.Signal(len(evs))
+		}
+	}
+}
+
+// publish publishes events and waits until JetStream stored (or de-duplicated) each one.
+func publish(ctx context.Context, js jetstream.JetStream, evs []events.Event) error {
+	if js == nil {
+		return errors.New("no JetStream connection")
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(evs))
+	for _, e := range evs {
+		if e.Topic == "" {
+			continue
+		}
+		msg, err := events.Message(e)
+		if err != nil {
+			return err
+		}
+		f, err := js.PublishMsgAsync(msg)
+		if err != nil {
+			return fmt.Errorf("publishing %s to %s: %w", e.Type, e.Topic, err)
+		}
+		futures = append(futures, f)
+	}
+	var errs []error
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("publishing to %s: %w", f.Msg().Subject, err))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SweepOnce publishes one batch of events older than SweepDelay that lie after the cursor, then
+// advances the cursor. It returns how many it published (0 when another node holds the cursor).
+func (o *Outbox) SweepOnce(ctx context.Context) (int, error) {
+	published := 0
+	err := store.InTx(ctx, o.pool, func(tx pgx.Tx) error {
+		var lastXID string
+		var lastSeq int64
+		err := tx.QueryRow(ctx, queries.Get("LockCursor"), o.cfg.Namespace).Scan(&lastXID, &lastSeq)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // another node is sweeping
+		}
+		if err != nil {
+			return fmt.Errorf("reading outbox cursor: %w", err)
+		}
+		evs, xid, seq, err := o.unpublished(ctx, tx, lastXID, lastSeq)
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		if err := publish(ctx, o.js, evs); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, queries.Get("AdvanceCursor"), o.cfg.Namespace, xid, seq); err != nil {
+			return fmt.Errorf("advancing outbox cursor: %w", err)
+		}
+		published = len(evs)
+		return nil
+	})
+	if err == nil {
+		o.TestSignals.Swept.Signal(published)
+	}
+	return published, err
+}
+
+// unpublished reads the events after the cursor that are older than SweepDelay, and the
+// position of the last one.
+func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (evs []events.Event, xid string, seq int64, err error) {
+	rows, err := tx.Query(ctx, queries.Get("SweepBatch"), o.cfg.Namespace, lastXID, lastSeq, o.cfg.SweepBatch)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("reading outbox: %w", err)
+	}
+	defer rows.Close()
+	cutoff := time.Now().Add(-o.cfg.SweepDelay)
+	for rows.Next() {
+		var e events.Event
+		var rowSeq int64
+		var rowXID string
+		var data []byte
+		if err := rows.Scan(&rowSeq, &rowXID, &e.ID, &e.Type, &e.Source, &e.Aggregate, &e.AggregateID,
+			&e.Topic, &e.Time, &data, &e.TraceParent); err != nil {
+			return nil, "", 0, fmt.Errorf("reading outbox row: %w", err)
+		}
+		if e.Time.After(cutoff) {
+			break // the rest is young: its own node is publishing it
+		}
+		e.Data, e.Subject = data, e.AggregateID
+		evs, seq, xid = append(evs, e), rowSeq, rowXID
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", 0, fmt.Errorf("reading outbox: %w", err)
+	}
+	return evs, xid, seq, nil
+}

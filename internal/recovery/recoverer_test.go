@@ -1,0 +1,135 @@
+package recovery_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/recovery"
+	"github.com/agatesched/agate/internal/store"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func key(name string) events.Key { return events.Key{Group: "g", Name: name} }
+
+func newRecoverer(f *testenv.Fixture, instance string, now func() time.Time) *recovery.Recoverer {
+	return recovery.New(recovery.Config{Namespace: f.Namespace(), InstanceID: instance, Locks: f.Locks, Now: now},
+		f.Pool, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil))
+}
+
+// claimedBy leaves trigger k ACQUIRED by node, with its fired row.
+func claimedBy(t *testing.T, f *testenv.Fixture, k events.Key, node string, at time.Time) {
+	t.Helper()
+	f.Trigger(t, k, key("j"), testenv.Repeating(time.Minute), at)
+	f.Exec(t, `update triggers set state = 'ACQUIRED' where sched_name = $1 and trigger_group = $2 and trigger_name = $3`,
+		f.Namespace(), k.Group, k.Name)
+	f.Exec(t, `insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,
+		fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
+		values ($1, $2, $3, $4, 'g', 'j', $5, $6, $6, 'ACQUIRED', false, false, 5)`,
+		f.Namespace(), uuid.Must(uuid.NewV7()), k.Group, k.Name, node, at)
+}
+
+// A node whose check-in is older than the database clock allows is failed: its unfired claims
+// go back to WAITING with an event, and it leaves the membership table. A new node does not
+// report itself failed.
+func TestRecoversFailedNode(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	f.Job(t, key("j"), false)
+	at := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	claimedBy(t, f, key("dead-claim"), "dead", at)
+	claimedBy(t, f, key("live-claim"), "live", at)
+	f.Exec(t, `insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms) values
+		($1, 'dead', now() - interval '1 minute', 5000), ($1, 'live', now(), 5000)`, f.Namespace())
+
+	res, err := newRecoverer(f, "n1", time.Now).RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.FailedNodes) != 1 || res.FailedNodes[0] != "dead" || res.Released != 1 {
+		t.Fatalf("pass %+v, want node dead failed and 1 trigger released", res)
+	}
+	if got := f.State(t, key("dead-claim")); got != store.StateWaiting {
+		t.Fatalf("the dead node's claim is %s, want WAITING", got)
+	}
+	if got := f.State(t, key("live-claim")); got != store.StateAcquired {
+		t.Fatalf("the live node's claim is %s, want ACQUIRED", got)
+	}
+	if n := f.Count(t, `select count(*) from scheduler_state where sched_name = $1 and instance_id in ('dead', 'n1')`); n != 1 {
+		t.Fatalf("membership has %d of {dead, n1}, want n1 only", n)
+	}
+	if types := f.EventTypes(t); len(types) != 1 || types[0] != events.TypeTriggerReleased {
+		t.Fatalf("logged %v, want one TriggerReleased", types)
+	}
+}
+
+// A node starting with the instance id of an earlier run gives back that run's claims on its
+// first pass, without calling itself failed.
+func TestFirstPassGivesBackEarlierRunsClaims(t *testing.T) {
+	f := testenv.NewFixture(t, 1)
+	f.Job(t, key("j"), false)
+	claimedBy(t, f, key("old"), "n1", time.Now().Add(time.Minute).Truncate(time.Millisecond))
+	res, err := newRecoverer(f, "n1", time.Now).RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.FailedNodes) != 0 || res.Released != 1 {
+		t.Fatalf("first pass %+v, want no failed node and 1 trigger released", res)
+	}
+	if got := f.State(t, key("old")); got != store.StateWaiting {
+		t.Fatalf("the earlier run's claim is %s, want WAITING", got)
+	}
+}
+
+// A trigger later than the misfire threshold gets its misfire instruction applied and a
+// TriggerMisfired event. The smart policy of a simple trigger repeating forever is Quartz's
+// "reschedule next with remaining count": the next time on its grid after now.
+func TestMisfireScan(t *testing.T) {
+	f := testenv.NewFixture(t, 1)
+	f.Job(t, key("j"), false)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	f.Trigger(t, key("late"), key("j"), testenv.Repeating(time.Hour), now.Add(-10*time.Minute))
+	f.Trigger(t, key("on-time"), key("j"), testenv.Repeating(time.Hour), now.Add(-time.Second))
+	res, err := newRecoverer(f, "n1", func() time.Time { return now }).RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Misfired != 1 {
+		t.Fatalf("pass %+v, want 1 misfire", res)
+	}
+	var next time.Time
+	if err := f.Pool.QueryRow(t.Context(), `select next_fire_time from triggers where sched_name = $1 and trigger_name = 'late'`,
+		f.Namespace()).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(50 * time.Minute); !next.Equal(want) {
+		t.Fatalf("misfired trigger's next fire %v, want %v", next, want)
+	}
+	if types := f.EventTypes(t); len(types) != 1 || types[0] != events.TypeTriggerMisfired {
+		t.Fatalf("logged %v, want one TriggerMisfired", types)
+	}
+}
+
+// Leave gives this node's claims back and removes it from the membership table.
+func TestLeave(t *testing.T) {
+	f := testenv.NewFixture(t, 2)
+	f.Job(t, key("j"), false)
+	r := newRecoverer(f, "n1", time.Now)
+	if _, err := r.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	claimedBy(t, f, key("mine"), "n1", time.Now().Add(time.Minute).Truncate(time.Millisecond))
+	if err := r.Leave(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.State(t, key("mine")); got != store.StateWaiting {
+		t.Fatalf("the leaving node's claim is %s, want WAITING", got)
+	}
+	if n := f.Count(t, `select count(*) from scheduler_state where sched_name = $1`); n != 0 {
+		t.Fatalf("%d membership rows after leave, want 0", n)
+	}
+}
