@@ -9,8 +9,9 @@ import (
 )
 
 // TestCronExtraVectors checks random cron expressions against the real Quartz 2.3.2
-// (testdata/quartz/GenCron.java) in zones the shared vectors do not cover: negative DST
-// (Europe/Dublin), 30-minute DST and offsets, DST changes at midnight, and years past 2037.
+// (testdata/quartz/GenCron.java) in zones the Quartz reference vectors in testdata/vectors do
+// not cover: negative DST (Europe/Dublin), 30-minute DST and offsets, DST changes at midnight,
+// and years past 2037.
 func TestCronExtraVectors(t *testing.T) {
 	t.Parallel()
 	f, err := os.Open(filepath.Join("testdata", "quartz", "cron-extra.jsonl"))

@@ -13,7 +13,7 @@ import (
 	_ "time/tzdata" // evaluate IANA zones in containers that ship no zoneinfo
 )
 
-// Definition is the user-supplied schedule of one trigger, as in CONTRACT.md's trigger object,
+// Definition is the user-supplied schedule of one trigger, as in docs/contract.md's trigger object,
 // minus group/name/priority/calendar/data (the caller handles those). JSON tags are the wire
 // names. It is stored as jsonb and read back, so json.Marshal/Unmarshal round-trip it; misfire
 // handling may change fields of it (Simple repeatCount and startAt for the reschedule_now_*

@@ -38,9 +38,10 @@
 //
 // # Checked against Quartz
 //
-// The tests compare with fire times computed by the real Quartz 2.3.2: the shared vectors
-// (cron, misfires) and testdata/quartz (calendar-interval, daily-time-interval, calendars,
-// random cron expressions in more zones, parser acceptance), whose generators are there too.
+// The tests compare with fire times computed by the real Quartz 2.3.2: the Quartz reference
+// vectors in testdata/vectors (cron, misfires; its README says how they were computed) and
+// testdata/quartz (calendar-interval, daily-time-interval, calendars, random cron expressions
+// in more zones, parser acceptance), whose generators are there too.
 //
 // # Deliberate differences from Quartz 2.3.2
 //

@@ -13,7 +13,8 @@ import (
 
 // TestQuartzExtraVectors checks calendar-interval and daily-time-interval triggers, and
 // calendars on cron and simple triggers, against fire times computed with the real Quartz
-// 2.3.2 by testdata/quartz/Gen.java (the shared vectors cover only cron and misfires).
+// 2.3.2 by testdata/quartz/Gen.java (the Quartz reference vectors in testdata/vectors cover
+// only cron and misfires).
 func TestQuartzExtraVectors(t *testing.T) {
 	t.Parallel()
 	f, err := os.Open(filepath.Join("testdata", "quartz", "quartz-extra.jsonl"))

@@ -3,7 +3,6 @@ package trigger
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,45 +10,23 @@ import (
 	"time"
 )
 
-// vectorsDir finds the Quartz reference vectors: $AGATE_VECTORS, or the first shared/vectors
-// directory found walking up from the package directory (CI checks shared/ out beside the repo).
-func vectorsDir(t testing.TB) string {
-	t.Helper()
-	d, err := findVectorsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+// vectorsDir is where the Quartz reference vectors live (see its README.md): tests run with
+// the package directory as working directory, so the path is relative to it.
+const vectorsDir = "testdata/vectors"
 
-func findVectorsDir() (string, error) {
-	if d := os.Getenv("AGATE_VECTORS"); d != "" {
-		if _, err := os.Stat(filepath.Join(d, "cron-valid.jsonl")); err != nil {
-			return "", fmt.Errorf("AGATE_VECTORS=%s does not hold the Quartz vectors: %w", d, err)
-		}
-		return d, nil
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		cand := filepath.Join(dir, "shared", "vectors")
-		if _, err := os.Stat(filepath.Join(cand, "cron-valid.jsonl")); err == nil {
-			return cand, nil
-		}
-		if filepath.Dir(dir) == dir {
-			break
-		}
-	}
-	return "", fmt.Errorf("Quartz reference vectors not found: no shared/vectors/cron-valid.jsonl in %s or any parent; "+
-		"check out the shared/ directory beside the repository or set AGATE_VECTORS to the vectors directory", wd)
+// vectorCounts is how many cases each vector file holds (its README lists them), so that a
+// truncated or half-copied file fails the tests instead of quietly checking less.
+var vectorCounts = map[string]int{
+	"cron-valid.jsonl":             14740,
+	"cron-invalid.jsonl":           61,
+	"cron-accepted-oddities.jsonl": 26,
+	"misfire.jsonl":                288,
 }
 
 // readVectors decodes every line of a JSONL vector file into a fresh T.
 func readVectors[T any](t *testing.T, name string) []T {
 	t.Helper()
-	f, err := os.Open(filepath.Join(vectorsDir(t), name))
+	f, err := os.Open(filepath.Join(vectorsDir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +47,8 @@ func readVectors[T any](t *testing.T, name string) []T {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(out) == 0 {
-		t.Fatalf("%s: no vectors", name)
+	if want, ok := vectorCounts[name]; !ok || len(out) != want {
+		t.Fatalf("%s: %d vectors, want %d (vectorCounts and testdata/vectors/README.md list every file)", name, len(out), want)
 	}
 	return out
 }

@@ -1,6 +1,6 @@
 // Gen computes reference fire times with the real Quartz 2.3.2 for the trigger kinds and
-// calendars that ../../shared/vectors does not cover (calendar-interval, daily-time-interval,
-// calendars on cron and simple triggers). It is not part of the build; the tests read its
+// calendars that the reference vectors in ../vectors do not cover (calendar-interval,
+// daily-time-interval, calendars on cron and simple triggers). It is not part of the build; the tests read its
 // output, quartz-extra.jsonl. To regenerate (Debian: apt-get install libquartz2-java):
 //
 //	javac -cp /usr/share/java/quartz2.jar -d /tmp/gen Gen.java

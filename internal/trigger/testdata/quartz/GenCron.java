@@ -1,7 +1,7 @@
 // GenCron computes next fire times of random Quartz cron expressions with the real Quartz
-// 2.3.2, in zones and years the shared vectors do not cover (negative and half-hour DST,
-// midnight transitions, dates past 2037 where the JDK switches to its last zone rule). Output:
-// cron-extra.jsonl, in the format of shared/vectors/cron-valid.jsonl. To regenerate:
+// 2.3.2, in zones and years the reference vectors in ../vectors do not cover (negative and
+// half-hour DST, midnight transitions, dates past 2037 where the JDK switches to its last zone
+// rule). Output: cron-extra.jsonl, in the format of ../vectors/cron-valid.jsonl. To regenerate:
 //
 //	javac -cp /usr/share/java/quartz2.jar -d /tmp/gen GenCron.java
 //	java -cp /usr/share/java/quartz2.jar:/tmp/gen GenCron > cron-extra.jsonl
