@@ -4,7 +4,7 @@
 # fixes no ENTRYPOINT, so compose.yaml (or Kubernetes) picks the binary with `command:`, e.g.
 #   docker run --rm agate scheduler run
 #   docker run --rm agate worker --concurrency 20
-# Configuration is by flags and environment variables only (DESIGN.md §8).
+# Configuration is by flags and environment variables only (docs/architecture.md).
 
 FROM golang:1.26 AS build
 WORKDIR /src

@@ -4,7 +4,7 @@
 // Batch WAITING triggers due within the fire-ahead window, and then:
 //
 //   - triggers already due are fired in the same transaction (Firer.FireInTx): one transaction,
-//     one trigger update, one fired row and one event per fire, the floor DESIGN §10 asks for;
+//     one trigger update, one fired row and one event per fire, the least a fire can write;
 //   - triggers due later in the window are marked ACQUIRED with a fired row in state ACQUIRED and
 //     handed to the Firer, which fires them at their time in a transaction of its own.
 //

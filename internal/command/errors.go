@@ -2,7 +2,7 @@ package command
 
 import "fmt"
 
-// Error codes of CONTRACT.md's outcomes.
+// Error codes of docs/contract.md's outcomes.
 const (
 	CodeInvalidArgument    = "invalid_argument"
 	CodeNotFound           = "not_found"
@@ -26,7 +26,7 @@ func (e *Error) Error() string {
 	return e.Code + ": " + e.Message
 }
 
-// final reports whether the outcome is remembered for the command id (CONTRACT.md: transient
+// final reports whether the outcome is remembered for the command id (docs/contract.md: transient
 // outcomes are not, so the same command can be retried).
 func (e *Error) final() bool {
 	return e.Code != CodeUnavailable && e.Code != CodeInternal

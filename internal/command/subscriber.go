@@ -16,7 +16,7 @@ import (
 // nacked one is redelivered after nakDelay.
 //
 // watermill-nats's own JetStream subscriber is not used: it derives stream and consumer names
-// from the topic, whereas CONTRACT.md fixes them (AGATE_<ns>_COMMANDS, durable
+// from the topic, whereas docs/contract.md fixes them (AGATE_<ns>_COMMANDS, durable
 // "scheduler-commands") so that every node shares one consumer.
 type streamSubscriber struct {
 	cons     jetstream.Consumer

@@ -36,7 +36,7 @@ func decodeAs[T any](apply func(*applyCtx, context.Context, *T) (any, error)) de
 	}
 }
 
-// decoders are the commands this version applies. (CONTRACT.md lists more; they are answered
+// decoders are the commands this version applies. (docs/contract.md lists more; they are answered
 // "unknown command" until implemented, never silently dropped.)
 var decoders = map[string]decoder{
 	"add_calendar":       decodeAs((*applyCtx).addCalendar),

@@ -150,7 +150,7 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		outs, ok = append(outs, o), append(ok, m)
 	}
-	// One span per completion, in the job's trace (DESIGN §9), around the batch that records it.
+	// One span per completion, in the job's trace, around the batch that records it.
 	spans := make([]trace.Span, len(outs))
 	for i, o := range outs {
 		_, spans[i] = c.tracer.Start(telemetry.WithTraceParent(ctx, o.Event.TraceParent), "agate.complete",

@@ -11,7 +11,7 @@ import (
 
 var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// ValidateNamespace checks a namespace against CONTRACT.md's pattern.
+// ValidateNamespace checks a namespace against docs/contract.md's pattern.
 func ValidateNamespace(ns string) error {
 	if !namespacePattern.MatchString(ns) {
 		return fmt.Errorf("namespace %q is invalid: use 1-64 letters, digits, '_' or '-'", ns)
@@ -19,7 +19,7 @@ func ValidateNamespace(ns string) error {
 	return nil
 }
 
-// Subjects builds the NATS subjects of one namespace (CONTRACT.md "Subjects").
+// Subjects builds the NATS subjects of one namespace (docs/contract.md, "Subjects").
 type Subjects string
 
 // Command is agate.<ns>.cmd.<command>.
@@ -40,7 +40,7 @@ func (s Subjects) Evt(kind string) string { return "agate." + string(s) + ".evt.
 // All is the wildcard of one of the families above, e.g. All("fired") = agate.<ns>.fired.>.
 func (s Subjects) All(family string) string { return "agate." + string(s) + "." + family + ".>" }
 
-// Stream names (CONTRACT.md): AGATE_<ns>_COMMANDS, _FIRED, _DONE, _EVENTS.
+// Stream names (docs/contract.md): AGATE_<ns>_COMMANDS, _FIRED, _DONE, _EVENTS.
 func StreamCommands(ns string) string { return "AGATE_" + ns + "_COMMANDS" }
 
 // StreamFired names the stream of JobFired messages.

@@ -15,7 +15,7 @@ import (
 	"github.com/agatesched/agate/schemas"
 )
 
-// eventSchemas maps an event type to the JSON Schema (schemas/json/event) that CONTRACT.md
+// eventSchemas maps an event type to the JSON Schema (schemas/json/event) that docs/contract.md
 // publishes for it.
 var eventSchemas = sync.OnceValues(func() (map[string]*jsonschema.Schema, error) {
 	const base = "https://agate.dev/schemas/event/"

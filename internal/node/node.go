@@ -32,7 +32,7 @@ import (
 type Config struct {
 	Namespace  string
 	InstanceID string
-	// LockMode is "partitioned" (Partitions rows; DESIGN §4; the default) or "global" (one
+	// LockMode is "partitioned" (Partitions rows; the default; see docs/architecture.md) or "global" (one
 	// TRIGGER_ACCESS row per namespace, exactly as Quartz). All nodes of a namespace use the same.
 	LockMode         string
 	Partitions       int // lock partitions in partitioned mode; default 8

@@ -1,5 +1,5 @@
 -- name: Append
--- One multi-row insert per batch of events (DESIGN §10: no round trip per row).
+-- One multi-row insert per batch of events (no round trip per row).
 insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
 select id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb, nullif(trace_context, '')
 from unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[])

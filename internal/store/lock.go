@@ -18,7 +18,7 @@ import (
 // between restarts without stranding a trigger.
 const Slots = 1024
 
-// Locks is the lock protocol of one namespace, in one of two modes (DESIGN §4):
+// Locks is the lock protocol of one namespace, in one of two modes (docs/architecture.md, "The lock protocol"):
 //
 //   - global (Partitions ≤ 1): one TRIGGER_ACCESS row serialises every acquire, fire,
 //     completion and trigger write, exactly as Quartz;
