@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agatesched/agate/internal/acquire"
+	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
@@ -18,20 +20,19 @@ import (
 // wakes the acquire loop.
 func TestNewTriggerFiresBeforeNextPoll(t *testing.T) {
 	e := newEnv(t)
-	e.startNode("n1", func(c *node.Config) { c.PollInterval = time.Minute })
+	signals := &node.TestSignals{}
+	signals.Acquire.Pass.Init()
+	signals.Complete.Applied.Init()
+	e.startNode("n1", func(c *node.Config) { c.PollInterval = time.Minute; c.TestSignals = signals })
 	e.startWorker("w1", nil, nil)
-	// Let the node settle into its long poll sleep.
-	e.waitFor(10*time.Second, "the node to check in", func() bool {
-		return e.count(`select count(*) from scheduler_state where sched_name = $1`, e.ns) == 1
-	})
+	// Let the node finish its first pass and settle into its long poll sleep.
+	signals.Acquire.Pass.Wait(t)
 	at := time.Now().Add(300 * time.Millisecond)
 	if out := e.request("schedule_job", map[string]any{"id": "soon", "job": job("g", "soon", "noop", nil, nil),
 		"triggers": []any{oneShot("g", "soon", at)}}); !out.OK {
 		t.Fatalf("schedule_job: %+v", out.Error)
 	}
-	e.waitFor(10*time.Second, "the fire to complete", func() bool {
-		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) == 1
-	})
+	signals.Complete.Applied.WaitUntil(t, func(a complete.Applied) bool { return a.Ended == 1 })
 	var late time.Duration
 	if err := e.pool.QueryRow(t.Context(), `select (data->>'startedTime')::timestamptz - (data->>'scheduledTime')::timestamptz
 		from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted).Scan(&late); err != nil {
@@ -174,15 +175,15 @@ func TestTraceFollowsTheJob(t *testing.T) {
 func TestGracefulStopGivesClaimsBack(t *testing.T) {
 	lockModes(t, func(t *testing.T, mode func(*node.Config)) {
 		e := newEnv(t)
-		stop := e.startNode("n1", func(c *node.Config) { mode(c); c.FireAhead = 10 * time.Second })
+		signals := &node.TestSignals{}
+		signals.Acquire.Pass.Init()
+		stop := e.startNode("n1", func(c *node.Config) { mode(c); c.FireAhead = 10 * time.Second; c.TestSignals = signals })
 		at := time.Now().Add(4 * time.Second)
 		if out := e.request("schedule_job", map[string]any{"id": "claimed", "job": job("g", "j", "noop", nil, nil),
 			"triggers": []any{oneShot("g", "t", at)}}); !out.OK {
 			t.Fatalf("schedule_job: %+v", out.Error)
 		}
-		e.waitFor(10*time.Second, "n1 to claim the trigger ahead of time", func() bool {
-			return e.count(`select count(*) from fired_triggers where sched_name = $1 and state = 'ACQUIRED'`, e.ns) == 1
-		})
+		signals.Acquire.Pass.WaitUntil(t, func(r acquire.Result) bool { return r.Claimed == 1 && r.FiredNow == 0 })
 		stop()
 		if n := e.count(`select count(*) from fired_triggers where sched_name = $1`, e.ns); n != 0 {
 			t.Errorf("%d fired rows left behind by a graceful stop", n)

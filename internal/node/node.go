@@ -48,6 +48,18 @@ type Config struct {
 	Logger           *slog.Logger
 	// Now is the node clock (fire times, misfires); tests inject one. Default time.Now.
 	Now func() time.Time
+	// TestSignals, when a test set them (and initialised the ones it waits on), tell it what the
+	// node's loops did.
+	TestSignals *TestSignals
+}
+
+// TestSignals are the test signals of a node's loops (see internal/testsignal).
+type TestSignals struct {
+	Acquire  acquire.TestSignals
+	Queue    fire.QueueSignals
+	Complete complete.TestSignals
+	Recovery recovery.TestSignals
+	Outbox   outbox.TestSignals
 }
 
 // LockModes this version implements.
@@ -128,6 +140,10 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
 		Wake: wakeup}, pool, ob)
 
+	if ts := cfg.TestSignals; ts != nil {
+		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete
+		recoverer.TestSignals, ob.TestSignals = ts.Recovery, ts.Outbox
+	}
 	log.InfoContext(ctx, "scheduler node started", slog.String("namespace", ns),
 		slog.String("lock_mode", cmp.Or(cfg.LockMode, "partitioned")), slog.Int("lock_partitions", locks.Count()))
 	g, ctx := errgroup.WithContext(ctx)
