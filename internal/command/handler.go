@@ -114,14 +114,7 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 	if !json.Valid(body) {
 		return h.rejectUnread(ctx, cmd, body, invalid("", "body is not valid JSON"))
 	}
-	var head struct {
-		ID any `json:"id"`
-	}
-	_ = json.Unmarshal(body, &head)
-	id, _ := head.ID.(string)
-	if len(id) > 128 {
-		id = ""
-	}
+	id := commandID(body)
 	if id != "" {
 		if prev, ok, err := h.seen(ctx, id); err != nil {
 			return h.transient(ctx, cmd, id, err)
@@ -205,14 +198,7 @@ func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []b
 
 // rejectUnread records a rejection (final outcome + CommandRejected event) in its own transaction.
 func (h *Handler) rejectUnread(ctx context.Context, cmd string, body []byte, e *Error) Outcome {
-	var head struct {
-		ID any `json:"id"`
-	}
-	_ = json.Unmarshal(body, &head)
-	id, _ := head.ID.(string)
-	if len(id) > 128 {
-		id = ""
-	}
+	id := commandID(body)
 	out := Outcome{OK: false, CommandID: id, Command: cmd, Error: e}
 	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
 	err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
@@ -257,4 +243,18 @@ func (h *Handler) seen(ctx context.Context, id string) (Outcome, bool, error) {
 		return Outcome{}, false, fmt.Errorf("reading command outcome: %w", err)
 	}
 	return out, true, nil
+}
+
+// commandID is the body's id when it is a string of at most 128 characters, else "": an
+// outcome is remembered only under an id the contract allows.
+func commandID(body []byte) string {
+	var head struct {
+		ID any `json:"id"`
+	}
+	_ = json.Unmarshal(body, &head)
+	id, _ := head.ID.(string)
+	if len(id) > 128 {
+		return ""
+	}
+	return id
 }
