@@ -171,3 +171,12 @@ func TestWorkerRunsAJob(t *testing.T) {
 		t.Fatal("runWorker did not stop")
 	}
 }
+
+func TestVersion(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--version")
+	cmd.Env = append(os.Environ(), "AGATE_WORKER_RUN_MAIN=1")
+	out, err := cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "worker ") {
+		t.Errorf("--version: %v, output %q", err, out)
+	}
+}
