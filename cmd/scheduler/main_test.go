@@ -95,6 +95,9 @@ func TestDevStopsCleanlyOnCtrlC(t *testing.T) {
 		}
 		seen[m[1]] = true
 	}
+	if !strings.Contains(first, "msg=scheduled trigger=examples.every-3s") {
+		t.Errorf("the first run did not log the example triggers being scheduled:\n%s", first)
+	}
 	for _, log := range []string{first, second} {
 		if !strings.Contains(log, "Agate dev cluster stopped") {
 			t.Errorf("no clean stop in the log:\n%s", log)

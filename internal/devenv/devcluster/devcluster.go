@@ -102,6 +102,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	stopTail, err := startTail(ctx, js, cfg.Node.Namespace, log)
+	if err != nil {
+		return err
+	}
+	defer stopTail()
+
 	reg := worker.NewRegistry()
 	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
 	workerID := cfg.Node.InstanceID + "-worker"
@@ -113,7 +119,6 @@ func Run(ctx context.Context, cfg Config) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return node.Run(gctx, cfg.Node, pool, nc) })
 	g.Go(func() error { return w.Run(gctx) })
-	g.Go(func() error { return tail(gctx, js, cfg.Node.Namespace, log) })
 	g.Go(func() error { return loadExamples(gctx, nc, cfg.Node.Namespace, log) })
 	log.Info("Agate dev cluster running; Ctrl-C stops it", slog.String("nats", ns.URL()),
 		slog.String("namespace", cfg.Node.Namespace))

@@ -11,14 +11,21 @@ import (
 	"github.com/agatesched/agate/internal/events"
 )
 
-// tail logs one line per trigger scheduled and per job fired, the steps no component logs at info
-// (the command consumer logs commands, the worker each job's outcome, recovery what it recovers).
+// startTail starts logging one line per trigger scheduled and per job fired, the steps no
+// component logs at info (the command consumer logs commands, the worker each job's outcome,
+// recovery what it recovers), and returns the function that stops it.
 //
 // It reads the JetStream streams, not core NATS: an event the outbox sweep publishes a second time
 // reaches core subscribers twice but is stored once (JetStream drops it by Nats-Msg-Id). Its
-// ordered consumers deliver only messages stored after the tail started, so a restart never prints
-// an old fire again.
-func tail(ctx context.Context, js jetstream.JetStream, ns string, log *slog.Logger) error {
+// ordered consumers deliver only messages stored after it started, so a restart never prints an
+// old fire again; it is started before the node so that it misses none of this run's.
+func startTail(ctx context.Context, js jetstream.JetStream, ns string, log *slog.Logger) (stop func(), err error) {
+	var running []jetstream.ConsumeContext
+	stop = func() {
+		for _, cc := range running {
+			cc.Stop()
+		}
+	}
 	s := events.Subjects(ns)
 	for _, src := range []struct{ stream, subject string }{
 		{events.StreamFired(ns), s.All("fired")},
@@ -27,16 +34,17 @@ func tail(ctx context.Context, js jetstream.JetStream, ns string, log *slog.Logg
 		cons, err := js.OrderedConsumer(ctx, src.stream, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{src.subject}, DeliverPolicy: jetstream.DeliverNewPolicy})
 		if err != nil {
-			return fmt.Errorf("reading stream %s: %w", src.stream, err)
+			stop()
+			return nil, fmt.Errorf("reading stream %s: %w", src.stream, err)
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) { logEvent(log, m.Data()) })
 		if err != nil {
-			return fmt.Errorf("reading stream %s: %w", src.stream, err)
+			stop()
+			return nil, fmt.Errorf("reading stream %s: %w", src.stream, err)
 		}
-		defer cc.Stop()
+		running = append(running, cc)
 	}
-	<-ctx.Done()
-	return nil
+	return stop, nil
 }
 
 // tailData is the union of the event data fields the tail prints.
