@@ -9,7 +9,9 @@ help: ## list the targets
 .PHONY: dev
 dev: ## run an all-in-one Agate: embedded NATS, local PostgreSQL, a node, a worker, an example schedule
 	@./scripts/ensure-postgres.sh
-	$(GO) run ./cmd/scheduler dev
+	$(GO) build -o bin/scheduler ./cmd/scheduler
+	@# exec, not `go run`: go run exits 1 whenever it gets SIGINT, whatever the program's status.
+	exec bin/scheduler dev
 
 .PHONY: build
 build: ## build the binaries into bin/

@@ -1,10 +1,5 @@
-// Command agatebench runs Agate's benchmark workloads end to end and prints their figures side by
-// side with the Quartz and River anchors measured on the same machine (../shared/anchors).
-//
-// One run starts a private PostgreSQL (durability at defaults, as the anchors) and an embedded
-// JetStream, then runs each workload in a fresh database and namespace with N scheduler nodes and
-// W workers, all in this process. Figures are computed from the event log once every expected
-// completion is recorded: lateness = JobCompleted.startedTime − scheduledTime per fire.
+// Command agatebench runs Agate's benchmark workloads end to end (internal/bench) and prints their
+// figures beside baselines measured with Quartz and River.
 //
 //	go run ./cmd/agatebench                         # accept, burst on 1/2/4 nodes, steady
 //	go run ./cmd/agatebench --workloads burst --burst-nodes 2 --cpuprofile /tmp/cpu.out
@@ -12,48 +7,21 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"github.com/agatesched/agate/internal/node"
-	"log/slog"
 	"os"
 	"os/signal"
-	"regexp"
-	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-)
 
-// options are the command's flags.
-type options struct {
-	workloads      []string
-	databaseURL    string
-	output         string
-	burstN         int
-	burstNodes     []int
-	acceptNodes    int
-	steadyRate     int
-	steadyDuration time.Duration
-	steadyNodes    []int
-	workers        int
-	concurrency    int
-	poolSize       int32
-	lockMode       string
-	partitions     int
-	lead           time.Duration
-	timeout        time.Duration
-	cpuProfile     string
-	keepDB         bool
-	analyze        bool
-	pgSet          []string
-	verbose        bool
-}
+	"github.com/agatesched/agate/internal/bench"
+	"github.com/agatesched/agate/internal/cli"
+	"github.com/agatesched/agate/internal/node"
+)
 
 func main() {
 	if err := rootCommand().Execute(); err != nil {
@@ -62,7 +30,7 @@ func main() {
 }
 
 func rootCommand() *cobra.Command {
-	var o options
+	var o bench.Config
 	var burstNodes, steadyNodes string
 	cmd := &cobra.Command{
 		Use:   "agatebench",
@@ -101,22 +69,23 @@ With --analyze (the default) the bench runs ANALYZE every 20 commands while sche
 made while the tables were empty otherwise stay cached until autovacuum analyzes them.
 
 Progress goes to stderr; the results table (markdown, or JSON with -o json) to stdout.
-Timed runs take /tmp/anchor-bench.lock if run under flock, as the anchors did:
-  flock /tmp/anchor-bench.lock go run ./cmd/agatebench`,
+The Quartz and River figures are baselines measured on a 2-core machine with Quartz 2.3.2
+clustered and River v0.51.1, hard-coded until a later benchmark runs the peers side by side;
+run nothing else heavy on the machine while timing.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.burstNodes, err = parseInts(burstNodes); err != nil {
+			if o.BurstNodes, err = parseInts(burstNodes); err != nil {
 				return fmt.Errorf("--burst-nodes: %w", err)
 			}
-			if o.steadyNodes, err = parseInts(steadyNodes); err != nil {
+			if o.SteadyNodes, err = parseInts(steadyNodes); err != nil {
 				return fmt.Errorf("--steady-nodes: %w", err)
 			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			err = run(cmd.Context(), o)
+			o.CommandLine = strings.Join(append([]string{"go run ./cmd/agatebench"}, os.Args[1:]...), " ")
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = bench.Run(ctx, o, os.Stdout, os.Stderr)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "agatebench:", err)
 			}
@@ -124,53 +93,30 @@ Timed runs take /tmp/anchor-bench.lock if run under flock, as the anchors did:
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&o.workloads, "workloads", []string{"accept", "burst", "steady"}, "workloads to run, in order: accept, burst, steady")
-	f.StringVar(&o.databaseURL, "database-url", "", "use this PostgreSQL server (a URL to any database on it; the bench creates and drops its own databases) instead of starting a private one")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table (markdown) or json")
-	f.IntVar(&o.burstN, "burst-n", 20000, "burst: one-shot triggers due at T0")
+	f.StringSliceVar(&o.Workloads, "workloads", []string{"accept", "burst", "steady"}, "workloads to run, in order: accept, burst, steady")
+	f.StringVar(&o.DatabaseURL, "database-url", "", "use this PostgreSQL server (a URL to any database on it; the bench creates and drops its own databases) instead of starting a private one")
+	f.StringVarP(&o.Output, "output", "o", "table", "output format: table (markdown) or json")
+	f.IntVar(&o.BurstN, "burst-n", 20000, "burst: one-shot triggers due at T0")
 	f.StringVar(&burstNodes, "burst-nodes", "1,2,4", "burst: node counts to run, comma-separated")
-	f.IntVar(&o.acceptNodes, "accept-nodes", 2, "accept: scheduler nodes")
-	f.IntVar(&o.steadyRate, "steady-rate", 500, "steady: triggers firing every 1 s, i.e. fires/s demanded (DESIGN's target is 5000)")
-	f.DurationVar(&o.steadyDuration, "steady-duration", 30*time.Second, "steady: how long each trigger repeats")
+	f.IntVar(&o.AcceptNodes, "accept-nodes", 2, "accept: scheduler nodes")
+	f.IntVar(&o.SteadyRate, "steady-rate", 500, "steady: triggers firing every 1 s, i.e. fires/s demanded (DESIGN's target is 5000)")
+	f.DurationVar(&o.SteadyDuration, "steady-duration", 30*time.Second, "steady: how long each trigger repeats")
 	f.StringVar(&steadyNodes, "steady-nodes", "2", "steady: node counts to run, comma-separated")
-	f.IntVar(&o.workers, "workers", 2, "workers per workload")
-	f.IntVar(&o.concurrency, "concurrency", 200, "jobs each worker runs at once")
-	f.Int32Var(&o.poolSize, "pool-size", 8, "PostgreSQL connections per scheduler node")
-	f.StringVar(&o.lockMode, "lock-mode", "partitioned", "scheduler lock protocol: global (Quartz-exact) or partitioned")
-	f.IntVar(&o.partitions, "partitions", node.PartitionsDefault, "lock partitions with --lock-mode partitioned")
-	f.DurationVar(&o.lead, "lead", 0, "time from the start of scheduling to T0; 0 = 3s + 2 × commands × the time one calibration command took")
-	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "per workload: how long after its last due time to wait for completions")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (nodes and workers included) to this file")
-	f.BoolVar(&o.keepDB, "keep-databases", false, "do not drop the workload databases at the end (useful with --database-url)")
-	f.BoolVar(&o.analyze, "analyze", true, "ANALYZE the workload's tables every 20 commands while scheduling and once before T0 (false: leave statistics to autovacuum and see the effect of plans made on empty tables)")
-	f.StringSliceVar(&o.pgSet, "pg-set", nil, "diagnostics: ALTER DATABASE <workload db> SET name = 'value' before the nodes connect, e.g. enable_nestloop=off (repeatable)")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "log the nodes' and workers' info messages too")
+	f.IntVar(&o.Workers, "workers", 2, "workers per workload")
+	f.IntVar(&o.Concurrency, "concurrency", 200, "jobs each worker runs at once")
+	f.Int32Var(&o.PoolSize, "pool-size", 8, "PostgreSQL connections per scheduler node")
+	f.StringVar(&o.LockMode, "lock-mode", "partitioned", "scheduler lock protocol: global (Quartz-exact) or partitioned")
+	f.IntVar(&o.Partitions, "partitions", node.PartitionsDefault, "lock partitions with --lock-mode partitioned")
+	f.DurationVar(&o.Lead, "lead", 0, "time from the start of scheduling to T0; 0 = 3s + 2 × commands × the time one calibration command took")
+	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "per workload: how long after its last due time to wait for completions")
+	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (nodes and workers included) to this file")
+	f.BoolVar(&o.KeepDatabases, "keep-databases", false, "do not drop the workload databases at the end (useful with --database-url)")
+	f.BoolVar(&o.Analyze, "analyze", true, "ANALYZE the workload's tables every 20 commands while scheduling and once before T0 (false: leave statistics to autovacuum and see the effect of plans made on empty tables)")
+	f.StringSliceVar(&o.PGSet, "pg-set", nil, "diagnostics: ALTER DATABASE <workload db> SET name = 'value' before the nodes connect, e.g. enable_nestloop=off (repeatable)")
+	f.BoolVarP(&o.Verbose, "verbose", "v", false, "log the nodes' and workers' info messages too")
+	cli.Setup(cmd, "agatebench")
 	return cmd
 }
-
-func (o options) validate() error {
-	for _, w := range o.workloads {
-		if !slices.Contains([]string{"accept", "burst", "steady"}, w) {
-			return fmt.Errorf("unknown workload %q: use accept, burst or steady", w)
-		}
-	}
-	for _, kv := range o.pgSet {
-		name, _, ok := strings.Cut(kv, "=")
-		if !ok || !settingName.MatchString(name) {
-			return fmt.Errorf("--pg-set %q: use name=value with a PostgreSQL setting name", kv)
-		}
-	}
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("-o %q: use table or json", o.output)
-	}
-	if o.burstN <= 0 || o.steadyRate <= 0 || o.steadyDuration < time.Second || o.workers <= 0 ||
-		o.concurrency <= 0 || o.acceptNodes <= 0 || o.poolSize <= 0 || o.timeout <= 0 {
-		return errors.New("counts must be positive and --steady-duration at least 1s")
-	}
-	return nil
-}
-
-var settingName = regexp.MustCompile(`^[a-z_][a-z0-9_.]*$`)
 
 func parseInts(s string) ([]int, error) {
 	var out []int
@@ -190,70 +136,3 @@ func parseInts(s string) ([]int, error) {
 	}
 	return out, nil
 }
-
-func run(ctx context.Context, o options) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	compLevel := slog.LevelWarn
-	if o.verbose {
-		compLevel = slog.LevelInfo
-	}
-	compLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: compLevel}))
-
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("creating CPU profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("starting CPU profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
-	}
-
-	inf, err := startInfra(ctx, o.databaseURL, log)
-	if err != nil {
-		return err
-	}
-	inf.keepDBs = o.keepDB
-	defer inf.close(log)
-
-	b := &bench{o: o, inf: inf, log: log, compLog: compLog}
-	var results []Result
-	for _, w := range o.workloads {
-		var specs []spec
-		switch w {
-		case "accept":
-			specs = append(specs, acceptSpec(o.acceptNodes))
-		case "burst":
-			for _, n := range o.burstNodes {
-				specs = append(specs, burstSpec(o.burstN, n))
-			}
-		case "steady":
-			for _, n := range o.steadyNodes {
-				specs = append(specs, steadySpec(o.steadyRate, o.steadyDuration, n))
-			}
-		}
-		for _, s := range specs {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			r, err := b.runWorkload(ctx, s)
-			if err != nil {
-				return fmt.Errorf("workload %s (%d nodes): %w", s.name, s.nodes, err)
-			}
-			results = append(results, r)
-		}
-	}
-	env := describeEnv(inf, o)
-	if o.output == "json" {
-		return writeJSON(os.Stdout, env, results)
-	}
-	writeTable(os.Stdout, env, results)
-	return nil
-}
-
-// osArgs is the command's arguments, for the reproduction line in the report.
-func osArgs() []string { return os.Args[1:] }

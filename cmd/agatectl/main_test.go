@@ -99,3 +99,10 @@ func TestHelp(t *testing.T) {
 		t.Errorf("help: exit %d\n%s", code, out)
 	}
 }
+
+func TestVersion(t *testing.T) {
+	code, out, errs := runTest(t, "--version")
+	if code != 0 || errs != "" || !strings.HasPrefix(out, "agatectl ") {
+		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}

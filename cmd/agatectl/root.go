@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/agatesched/agate/internal/cli"
 )
 
 // usageError marks errors caused by the caller's input: they exit with status 2.
@@ -66,5 +68,6 @@ Exit status: 0 on success, 2 when the input (arguments, flags, expression) is in
 		return flagError{fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())}
 	})
 	root.AddCommand(newCronCmd(now))
+	cli.Setup(root, "agatectl")
 	return root
 }

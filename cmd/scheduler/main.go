@@ -7,18 +7,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/agatesched/agate/internal/acquire"
-	"github.com/agatesched/agate/internal/command"
+	"github.com/agatesched/agate/internal/cli"
+	"github.com/agatesched/agate/internal/devenv/devcluster"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/natsconn"
 	"github.com/agatesched/agate/internal/node"
@@ -28,14 +25,18 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// After the first signal, a second one gets the default behaviour: exit at once.
+	context.AfterFunc(ctx, stop)
 	if err := rootCommand().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "scheduler:", err)
 		os.Exit(1)
 	}
 }
 
-// options are the settings shared by run and dev.
+// defaultNATSURL is nats.go's DefaultURL, the local server.
+const defaultNATSURL = "nats://127.0.0.1:4222"
+
+// options are the settings of run, migrate and dev.
 type options struct {
 	databaseURL string
 	natsURL     string
@@ -44,13 +45,8 @@ type options struct {
 	logLevel    string
 	node        node.Config
 	jobTypes    []string
-}
-
-func env(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok && v != "" {
-		return v
-	}
-	return def
+	dataDir     string
+	natsPort    int
 }
 
 func rootCommand() *cobra.Command {
@@ -64,7 +60,10 @@ and publish a JobFired event per fire for workers to run.
 Commands:
   run      run a node (the default)
   migrate  apply database migrations and exit
-  dev      all-in-one development cluster: embedded NATS, local PostgreSQL, a node, a worker`,
+  dev      all-in-one development cluster: embedded NATS, local PostgreSQL, a node, a worker
+
+Every flag can also be set by the environment variable named in its help; the flag wins.
+OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no export).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -78,77 +77,118 @@ Commands:
 		},
 	}
 	addNodeFlags(runCmd, o)
-	runCmd.Flags().StringVar(&o.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL connection URL (env DATABASE_URL); required")
-	runCmd.Flags().StringVar(&o.natsURL, "nats-url", env("NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated (env NATS_URL)")
-	runCmd.Flags().StringVar(&o.natsCreds, "nats-creds", env("NATS_CREDS", ""), "NATS credentials file, JWT and NKey seed (env NATS_CREDS)")
-	runCmd.Flags().StringVar(&o.natsCA, "nats-ca", env("NATS_CA", ""), "PEM file of the CA of the NATS servers' TLS certificates (env NATS_CA)")
+	f := runCmd.Flags()
+	f.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL; required")
+	cli.BindEnv(f, "database-url", "DATABASE_URL")
+	f.StringVar(&o.natsURL, "nats-url", defaultNATSURL, "NATS server URL(s), comma-separated")
+	cli.BindEnv(f, "nats-url", "NATS_URL")
+	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file, JWT and NKey seed")
+	cli.BindEnv(f, "nats-creds", "NATS_CREDS")
+	f.StringVar(&o.natsCA, "nats-ca", "", "PEM file of the CA of the NATS servers' TLS certificates")
+	cli.BindEnv(f, "nats-ca", "NATS_CA")
 
 	migrateCmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply database migrations and exit (nodes also migrate at start)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.databaseURL == "" {
-				return errors.New("no database: set DATABASE_URL or --database-url")
-			}
-			pool, err := store.Open(cmd.Context(), o.databaseURL, 2)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			if err := store.Migrate(cmd.Context(), pool); err != nil {
-				return err
-			}
-			fmt.Println("database schema is up to date")
-			return nil
+			return migrate(cmd.Context(), o.databaseURL)
 		},
 	}
-	migrateCmd.Flags().StringVar(&o.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL connection URL (env DATABASE_URL)")
+	migrateCmd.Flags().StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL; required")
+	cli.BindEnv(migrateCmd.Flags(), "database-url", "DATABASE_URL")
 
 	root.AddCommand(runCmd, migrateCmd, devCommand())
 	// "scheduler" alone runs a node, as "scheduler run" does.
 	root.RunE = runCmd.RunE
 	root.Flags().AddFlagSet(runCmd.Flags())
+	cli.Setup(root, "scheduler")
 	return root
 }
 
-func addNodeFlags(cmd *cobra.Command, o *options) {
+func devCommand() *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "All-in-one development cluster: embedded NATS JetStream, local PostgreSQL, one node, one worker",
+		Long: `Starts everything Agate needs on this machine and loads an example schedule:
+  - NATS with JetStream, embedded, storing in <data-dir>/nats (port --nats-port, or a free one);
+  - PostgreSQL from the machine's binaries, data in <data-dir>/postgres, unless --database-url
+    (DATABASE_URL) names a database (scripts/ensure-postgres.sh installs the binaries when they
+    are missing);
+  - one scheduler node and one worker with the built-in job types (noop, sleep, log, http).
+Lines show triggers being scheduled, jobs fired, run and completed. Ctrl-C stops everything
+cleanly (exit status 0); running it again picks up where it left off.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDev(cmd.Context(), o)
+		},
+	}
+	addNodeFlags(cmd, o)
 	f := cmd.Flags()
-	f.StringVar(&o.node.Namespace, "namespace", env("AGATE_NAMESPACE", "default"), "scheduler namespace, Quartz's scheduler name (env AGATE_NAMESPACE)")
-	f.StringVar(&o.node.InstanceID, "instance-id", env("AGATE_INSTANCE_ID", events.NewInstanceID("scheduler")), "this node's id in the cluster (env AGATE_INSTANCE_ID; default host name + random suffix)")
-	f.StringVar(&o.node.LockMode, "lock-mode", env("AGATE_LOCK_MODE", "partitioned"), "lock protocol: partitioned (--partitions rows; nodes acquire different partitions at once) or global (one TRIGGER_ACCESS row, exactly as Quartz); every node of a namespace must use the same (env AGATE_LOCK_MODE)")
-	f.IntVar(&o.node.Partitions, "partitions", node.PartitionsDefault, "lock partitions in partitioned mode; a job's triggers share one")
-	f.IntVar(&o.node.Batch, "batch", 500, "most triggers acquired and fired in one transaction")
-	f.DurationVar(&o.node.FireAhead, "fire-ahead", acquire.FireAheadDefault, "claim triggers this long before they are due")
-	f.DurationVar(&o.node.PollInterval, "poll-interval", time.Second, "longest wait between acquire passes when nothing wakes the node")
-	f.DurationVar(&o.node.MisfireThreshold, "misfire-threshold", time.Minute, "how late a trigger may fire before its misfire instruction applies")
-	f.DurationVar(&o.node.CheckinInterval, "checkin-interval", 5*time.Second, "cluster check-in interval; a node silent for 2x this + 7.5s is recovered")
-	f.StringSliceVar(&o.jobTypes, "job-types", nil, "job types accepted besides the built-in "+strings.Join(command.BuiltinJobTypes, ", ")+" (comma-separated)")
-	f.IntVar(&o.node.MaxCommandBytes, "max-command-bytes", command.MaxBodyBytesDefault, "largest command body accepted")
-	f.StringVar(&o.logLevel, "log-level", env("AGATE_LOG_LEVEL", "info"), "debug, info, warn or error (env AGATE_LOG_LEVEL)")
+	f.StringVar(&o.dataDir, "data-dir", ".agate-dev", "where dev mode keeps PostgreSQL and JetStream data")
+	cli.BindEnv(f, "data-dir", "AGATE_DEV_DIR")
+	f.IntVar(&o.natsPort, "nats-port", 4222, "port of the embedded NATS server (a free one if taken)")
+	cli.BindEnv(f, "nats-port", "AGATE_DEV_NATS_PORT")
+	f.StringVar(&o.databaseURL, "database-url", "", "use this PostgreSQL database instead of starting one in <data-dir>/postgres")
+	cli.BindEnv(f, "database-url", "DATABASE_URL")
+	return cmd
 }
 
-func newLogger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+// addNodeFlags adds the settings of a scheduler node, shared by run and dev.
+func addNodeFlags(cmd *cobra.Command, o *options) {
+	f := cmd.Flags()
+	bind := func(name, env string) { cli.BindEnv(f, name, env) }
+	f.StringVar(&o.node.Namespace, "namespace", "default", "scheduler namespace, Quartz's scheduler name")
+	bind("namespace", "AGATE_NAMESPACE")
+	f.StringVar(&o.node.InstanceID, "instance-id", "", "this node's id in the cluster (default: host name + random suffix, chosen at start)")
+	bind("instance-id", "AGATE_INSTANCE_ID")
+	f.StringVar(&o.node.LockMode, "lock-mode", "partitioned", "lock protocol: partitioned (--partitions rows; nodes acquire different partitions at once) or global (one TRIGGER_ACCESS row, exactly as Quartz); every node of a namespace must use the same")
+	bind("lock-mode", "AGATE_LOCK_MODE")
+	f.IntVar(&o.node.Partitions, "partitions", node.PartitionsDefault, "lock partitions in partitioned mode; a job's triggers share one")
+	bind("partitions", "AGATE_PARTITIONS")
+	f.IntVar(&o.node.Batch, "batch", node.BatchDefault, "most triggers acquired and fired in one transaction")
+	bind("batch", "AGATE_BATCH")
+	f.DurationVar(&o.node.FireAhead, "fire-ahead", node.FireAheadDefault, "claim triggers this long before they are due")
+	bind("fire-ahead", "AGATE_FIRE_AHEAD")
+	f.DurationVar(&o.node.PollInterval, "poll-interval", node.PollIntervalDefault, "longest wait between acquire passes when nothing wakes the node")
+	bind("poll-interval", "AGATE_POLL_INTERVAL")
+	f.DurationVar(&o.node.MisfireThreshold, "misfire-threshold", node.MisfireThresholdDefault, "how late a trigger may fire before its misfire instruction applies")
+	bind("misfire-threshold", "AGATE_MISFIRE_THRESHOLD")
+	f.DurationVar(&o.node.CheckinInterval, "checkin-interval", node.CheckinIntervalDefault, "cluster check-in interval; a node silent for 2x this + 7.5s is recovered")
+	bind("checkin-interval", "AGATE_CHECKIN_INTERVAL")
+	f.StringSliceVar(&o.jobTypes, "job-types", nil, "job types accepted besides the built-in "+strings.Join(node.BuiltinJobTypes(), ", ")+" (comma-separated)")
+	bind("job-types", "AGATE_JOB_TYPES")
+	f.IntVar(&o.node.MaxCommandBytes, "max-command-bytes", node.MaxCommandBytesDefault, "largest command body accepted, in bytes")
+	bind("max-command-bytes", "AGATE_MAX_COMMAND_BYTES")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	bind("log-level", "AGATE_LOG_LEVEL")
+}
+
+// nodeConfig completes the node's settings from the flags: its id when none was given, and the
+// job types it accepts.
+func (o *options) nodeConfig() (node.Config, error) {
+	cfg := o.node
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = events.NewInstanceID("scheduler")
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	cfg.JobTypes = append(node.BuiltinJobTypes(), o.jobTypes...)
+	return cfg, cfg.Validate()
 }
 
 func runNode(ctx context.Context, o *options) error {
-	log, err := newLogger(o.logLevel)
+	log, err := cli.NewLogger(os.Stderr, o.logLevel)
 	if err != nil {
 		return err
 	}
 	if o.databaseURL == "" {
 		return errors.New("no database: set DATABASE_URL or --database-url (or try `scheduler dev`)")
 	}
-	o.node.Logger = log
-	o.node.JobTypes = append(append([]string{}, command.BuiltinJobTypes...), o.jobTypes...)
-	if err := o.node.Validate(); err != nil {
+	cfg, err := o.nodeConfig()
+	if err != nil {
 		return err
 	}
+	cfg.Logger = log
 	shutdown, err := telemetry.Setup(ctx, "agate-scheduler")
 	if err != nil {
 		return err
@@ -159,11 +199,49 @@ func runNode(ctx context.Context, o *options) error {
 		return err
 	}
 	defer pool.Close()
-	nc, err := natsconn.Connect(natsconn.Config{URL: o.natsURL, Name: "agate-scheduler " + o.node.InstanceID,
+	nc, err := natsconn.Connect(natsconn.Config{URL: o.natsURL, Name: "agate-scheduler " + cfg.InstanceID,
 		Creds: o.natsCreds, CA: o.natsCA, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	return node.Run(ctx, o.node, pool, nc)
+	return stopped(ctx, node.Run(ctx, cfg, pool, nc))
+}
+
+func runDev(ctx context.Context, o *options) error {
+	log, err := cli.NewLogger(os.Stderr, o.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.nodeConfig()
+	if err != nil {
+		return err
+	}
+	return stopped(ctx, devcluster.Run(ctx, devcluster.Config{DataDir: o.dataDir, NATSPort: o.natsPort,
+		DatabaseURL: o.databaseURL, Node: cfg, Logger: log}))
+}
+
+func migrate(ctx context.Context, databaseURL string) error {
+	if databaseURL == "" {
+		return errors.New("no database: set DATABASE_URL or --database-url")
+	}
+	pool, err := store.Open(ctx, databaseURL, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := store.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	fmt.Println("database schema is up to date")
+	return nil
+}
+
+// stopped is err, except that a stop asked for by SIGINT or SIGTERM is a success: the process
+// then exits with status 0.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"github.com/agatesched/agate/internal/cli"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/natsconn"
 	"github.com/agatesched/agate/internal/telemetry"
@@ -31,6 +31,9 @@ func main() {
 	}
 }
 
+// defaultNATSURL is nats.go's DefaultURL, the local server.
+const defaultNATSURL = "nats://127.0.0.1:4222"
+
 // options are the command's settings, filled from flags and then from the environment.
 type options struct {
 	natsURL, natsCreds, natsCA string
@@ -39,21 +42,6 @@ type options struct {
 	ackWait, jobTimeout        time.Duration
 	drainTimeout               time.Duration
 	logLevel                   string
-}
-
-// envOf maps each flag to the environment variable that sets it when the flag is not given.
-var envOf = map[string]string{
-	"nats-url":      "NATS_URL",
-	"nats-creds":    "NATS_CREDS",
-	"nats-ca":       "NATS_CA",
-	"namespace":     "AGATE_NAMESPACE",
-	"instance-id":   "AGATE_INSTANCE_ID",
-	"concurrency":   "AGATE_CONCURRENCY",
-	"ack-wait":      "AGATE_ACK_WAIT",
-	"max-deliver":   "AGATE_MAX_DELIVER",
-	"job-timeout":   "AGATE_JOB_TIMEOUT",
-	"drain-timeout": "AGATE_DRAIN_TIMEOUT",
-	"log-level":     "AGATE_LOG_LEVEL",
 }
 
 func newCommand() *cobra.Command {
@@ -74,56 +62,43 @@ OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no e
 SIGINT or SIGTERM stops fetching and lets running jobs finish (up to --drain-timeout).`,
 		SilenceUsage: true, // an error message, not the help, when the worker fails
 		Args:         cobra.NoArgs,
-		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd.Flags())
-		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return run(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.natsURL, "nats-url", nats.DefaultURL, "NATS server URL(s), comma-separated")
+	bind := func(name, env string) { cli.BindEnv(f, name, env) }
+	f.StringVar(&o.natsURL, "nats-url", defaultNATSURL, "NATS server URL(s), comma-separated")
+	bind("nats-url", "NATS_URL")
 	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (JWT and NKey seed)")
+	bind("nats-creds", "NATS_CREDS")
 	f.StringVar(&o.natsCA, "nats-ca", "", "PEM file of the CA that signed the NATS server's TLS certificate")
+	bind("nats-ca", "NATS_CA")
 	f.StringVar(&o.namespace, "namespace", "default", "scheduler namespace whose jobs to run ([A-Za-z0-9_-]{1,64})")
-	f.StringVar(&o.instanceID, "instance-id", "", "name of this worker in completion events (default: host name + random suffix)")
+	bind("namespace", "AGATE_NAMESPACE")
+	f.StringVar(&o.instanceID, "instance-id", "", "name of this worker in completion events (default: host name + random suffix, chosen at start)")
+	bind("instance-id", "AGATE_INSTANCE_ID")
 	f.IntVar(&o.concurrency, "concurrency", 10, "jobs run at once, across all job types")
+	bind("concurrency", "AGATE_CONCURRENCY")
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "how long before a silent worker's job is redelivered (running jobs heartbeat every ack-wait/3)")
+	bind("ack-wait", "AGATE_ACK_WAIT")
 	f.IntVar(&o.maxDeliver, "max-deliver", 5, "attempts per fire; the last failure is final")
+	bind("max-deliver", "AGATE_MAX_DELIVER")
 	f.DurationVar(&o.jobTimeout, "job-timeout", 5*time.Minute, "timeout of a job whose definition sets none")
+	bind("job-timeout", "AGATE_JOB_TIMEOUT")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on shutdown, how long running jobs may take to finish before they are left for redelivery")
+	bind("drain-timeout", "AGATE_DRAIN_TIMEOUT")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.VisitAll(func(fl *pflag.Flag) {
-		if env, ok := envOf[fl.Name]; ok {
-			fl.Usage += " (env " + env + ")"
-		}
-	})
+	bind("log-level", "AGATE_LOG_LEVEL")
+	cli.Setup(cmd, "worker")
 	return cmd
 }
 
-// applyEnv sets every flag that was not given on the command line from its environment variable.
-func applyEnv(fs *pflag.FlagSet) error {
-	var errs []error
-	fs.VisitAll(func(fl *pflag.Flag) {
-		env, ok := envOf[fl.Name]
-		if !ok || fl.Changed {
-			return
-		}
-		if v, ok := os.LookupEnv(env); ok && v != "" {
-			if err := fs.Set(fl.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("environment variable %s=%q is not a valid --%s: %w", env, v, fl.Name, err))
-			}
-		}
-	})
-	return errors.Join(errs...)
-}
-
 func run(ctx context.Context, o options) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: use debug, info, warn or error", o.logLevel)
+	log, err := cli.NewLogger(os.Stderr, o.logLevel)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 	return runWorker(ctx, o, log)
 }

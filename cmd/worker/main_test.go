@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agatesched/agate/internal/cli"
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 )
@@ -87,7 +88,7 @@ func TestFlagWinsOverEnv(t *testing.T) {
 	if err := cmd.ParseFlags([]string{"--namespace", "from-flag"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyEnv(cmd.Flags()); err != nil {
+	if err := cli.ApplyEnv(cmd.Flags()); err != nil {
 		t.Fatal(err)
 	}
 	for flag, want := range map[string]string{
@@ -102,7 +103,7 @@ func TestFlagWinsOverEnv(t *testing.T) {
 	}
 
 	t.Setenv("AGATE_ACK_WAIT", "soon")
-	if err := applyEnv(newCommand().Flags()); err == nil {
+	if err := cli.ApplyEnv(newCommand().Flags()); err == nil {
 		t.Error("AGATE_ACK_WAIT=soon was accepted")
 	}
 }
@@ -168,5 +169,14 @@ func TestWorkerRunsAJob(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("runWorker did not stop")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--version")
+	cmd.Env = append(os.Environ(), "AGATE_WORKER_RUN_MAIN=1")
+	out, err := cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "worker ") {
+		t.Errorf("--version: %v, output %q", err, out)
 	}
 }

@@ -122,6 +122,6 @@ func (w *Worker) deadLetter(ctx context.Context, stream jetstream.Stream, adv ma
 		return err
 	}
 	w.log.WarnContext(ctx, "job failed", "job", fired.Job.Key().String(), "type", typ, "fire_id", fired.FireID,
-		"attempt", adv.Deliveries, "final", true, "error", msg)
+		"attempt", adv.Deliveries, "final", true, "retryable", true, "error", msg)
 	return nil
 }

@@ -182,7 +182,7 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 		log.WarnContext(ctx, "job failed", append(attrs, "final", true, "retryable", !IsPermanent(err), "error", err)...)
 	default:
 		delay := w.backoff(attempt)
-		log.WarnContext(ctx, "job failed; will retry", append(attrs, "final", false, "retry_in", delay, "error", err)...)
+		log.WarnContext(ctx, "job failed; will retry", append(attrs, "final", false, "retryable", true, "retry_in", delay, "error", err)...)
 		if err := msg.NakWithDelay(delay); err != nil {
 			log.WarnContext(ctx, "nak failed; JetStream will redeliver after AckWait", "error", err)
 		}

@@ -51,10 +51,12 @@ func serverUser() (*runAs, error) {
 func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
 	cmd.Env = childEnv()
+	// A process group of its own: Ctrl-C in a terminal signals the whole foreground group, and the
+	// server must not shut itself down while its owner (`scheduler dev`, a test) still uses it; the
+	// owner stops it with pg_ctl when it is done.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if c.owner != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: uint32(c.owner.uid), Gid: uint32(c.owner.gid)},
-		}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(c.owner.uid), Gid: uint32(c.owner.gid)}
 		// Our working directory may not be readable by the server user;
 		// initdb and postgres warn or fail when they cannot go back to it.
 		cmd.Dir = "/"

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -145,7 +145,7 @@ func steadySpec(rate int, d time.Duration, nodes int) spec {
 
 // bench runs workloads on the shared infrastructure.
 type bench struct {
-	o       options
+	o       Config
 	inf     *infra
 	log     *slog.Logger
 	compLog *slog.Logger
@@ -168,7 +168,7 @@ func (c *cluster) stop() error {
 
 func (b *bench) startNode(id, ns, dbURL string) (func() error, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	pool, err := store.Open(ctx, dbURL, b.o.poolSize)
+	pool, err := store.Open(ctx, dbURL, b.o.PoolSize)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("node %s: %w", id, err)
@@ -179,7 +179,7 @@ func (b *bench) startNode(id, ns, dbURL string) (func() error, error) {
 		pool.Close()
 		return nil, fmt.Errorf("node %s: connecting to NATS: %w", id, err)
 	}
-	cfg := node.Config{Namespace: ns, InstanceID: id, Logger: b.compLog, LockMode: b.o.lockMode, Partitions: b.o.partitions}
+	cfg := node.Config{Namespace: ns, InstanceID: id, Logger: b.compLog, LockMode: b.o.LockMode, Partitions: b.o.Partitions}
 	done := make(chan error, 1)
 	go func() { done <- node.Run(ctx, cfg, pool, nc) }()
 	return func() error {
@@ -206,7 +206,7 @@ func (b *bench) startWorker(id, ns string) (func() error, error) {
 	}
 	reg := worker.NewRegistry()
 	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
-	w, err := worker.New(worker.Config{Namespace: ns, InstanceID: id, Concurrency: b.o.concurrency,
+	w, err := worker.New(worker.Config{Namespace: ns, InstanceID: id, Concurrency: b.o.Concurrency,
 		Logger: b.compLog.With("worker", id)}, js, reg)
 	if err != nil {
 		nc.Close()
@@ -233,7 +233,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	ns := fmt.Sprintf("bench-%s-%dn-%d-%d", s.name, s.nodes, b.seq, time.Now().Unix()%100000)
 	log := b.log.With("workload", s.name, "nodes", s.nodes)
 	log.Info("workload: preparing", "database", dbName, "namespace", ns, "size", s.param)
-	dbURL, err := b.inf.createDB(ctx, dbName, b.o.pgSet)
+	dbURL, err := b.inf.createDB(ctx, dbName, b.o.PGSet)
 	if err != nil {
 		return Result{}, err
 	}
@@ -280,7 +280,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 		}
 		cl.stops = append(cl.stops, stop)
 	}
-	for i := range b.o.workers {
+	for i := range b.o.Workers {
 		stop, err := b.startWorker(fmt.Sprintf("w%d", i+1), ns)
 		if err != nil {
 			return Result{}, err
@@ -290,10 +290,10 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	if err := waitReady(ctx, nc, js, ns, s.nodes); err != nil {
 		return Result{}, err
 	}
-	log.Info("workload: nodes and workers running (in-process)", "workers", b.o.workers,
-		"concurrency", b.o.concurrency)
+	log.Info("workload: nodes and workers running (in-process)", "workers", b.o.Workers,
+		"concurrency", b.o.Concurrency)
 
-	lead := b.o.lead
+	lead := b.o.Lead
 	if lead == 0 {
 		if lead, err = calibrateLead(ctx, nc, ns, s.commands); err != nil {
 			return Result{}, err
@@ -306,13 +306,13 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	log.Info("workload: scheduling", "commands", len(cmds), "fires_expected", len(expected),
 		"t0_in", time.Until(t0).Round(time.Millisecond))
 	var every func(int)
-	if b.o.analyze {
+	if b.o.Analyze {
 		every = func(int) { analyze(ctx, admin, log) }
 	}
 	if err := schedule(ctx, nc, ns, cmds, 2*s.nodes, every, log); err != nil {
 		return Result{}, err
 	}
-	if b.o.analyze {
+	if b.o.Analyze {
 		analyze(ctx, admin, log)
 	}
 	schedEnd := time.Now()
@@ -326,13 +326,13 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 		return Result{}, err
 	}
 
-	deadline := t0.Add(s.lastDue + b.o.timeout)
+	deadline := t0.Add(s.lastDue + b.o.Timeout)
 	allSeen, timedOut, err := waitCompletions(ctx, admin, js, ns, len(expected), deadline, log)
 	if err != nil {
 		return Result{}, err
 	}
 	if timedOut {
-		log.Warn("workload: timed out waiting for completions", "timeout", b.o.timeout)
+		log.Warn("workload: timed out waiting for completions", "timeout", b.o.Timeout)
 	} else {
 		log.Info("workload: all completions recorded", "after_t0", allSeen.Sub(t0).Round(time.Millisecond))
 		// Grace period to catch late duplicates, as the Quartz driver does.
@@ -347,7 +347,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	r.Workers, r.Concurrency, r.Demand = b.o.workers, b.o.concurrency, s.demand
+	r.Workers, r.Concurrency, r.Demand = b.o.Workers, b.o.Concurrency, s.demand
 	r.SchedulingSec = schedEnd.Sub(schedStart).Seconds()
 	r.ScheduledBeforeT0Sec = t0.Sub(schedEnd).Seconds()
 	r.TimedOut = timedOut

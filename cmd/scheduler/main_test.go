@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("AGATE_SCHEDULER_RUN_MAIN") == "1" {
+		main() // the tests below run this test binary as the scheduler command
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+var firedLine = regexp.MustCompile(`msg=fired .* fire_id=(\S+)`)
+
+// runDevUntil runs `scheduler dev` on dataDir in a process group of its own, as a terminal runs
+// a foreground job, until its log shows want fired lines; then it sends SIGINT to the whole group,
+// as Ctrl-C does, and returns the log and the exit error.
+func runDevUntil(t *testing.T, dataDir string, want int) (string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "dev", "--data-dir", dataDir, "--nats-port", "0", "--instance-id", "dev-test")
+	cmd.Env = append(os.Environ(), "AGATE_SCHEDULER_RUN_MAIN=1", "DATABASE_URL=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }()
+
+	var log bytes.Buffer
+	lines := bufio.NewScanner(stderr)
+	fired := 0
+	deadline := time.AfterFunc(2*time.Minute, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	defer deadline.Stop()
+	for fired < want && lines.Scan() {
+		log.WriteString(lines.Text() + "\n")
+		if firedLine.MatchString(lines.Text()) {
+			fired++
+		}
+	}
+	if fired < want {
+		t.Fatalf("dev cluster logged %d fires, want %d:\n%s", fired, want, log.String())
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+		log.WriteString(lines.Text() + "\n")
+	}
+	return log.String(), cmd.Wait()
+}
+
+// TestDevStopsCleanlyOnCtrlC runs the dev cluster twice on one data directory. Each run must log
+// every fire once, stop on Ctrl-C with status 0, and the second must not log the first's fires.
+func TestDevStopsCleanlyOnCtrlC(t *testing.T) {
+	// Not t.TempDir(): PostgreSQL runs as its own user, who must be able to enter the directory.
+	dir, err := os.MkdirTemp("", "agate-dev-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first, err := runDevUntil(t, dir, 3)
+	if err != nil {
+		t.Fatalf("first run exited with %v after SIGINT, want status 0; log:\n%s", err, first)
+	}
+	second, err := runDevUntil(t, dir, 2)
+	if err != nil {
+		t.Fatalf("second run exited with %v after SIGINT, want status 0; log:\n%s", err, second)
+	}
+	seen := map[string]bool{}
+	for _, m := range firedLine.FindAllStringSubmatch(first, -1) {
+		if seen[m[1]] {
+			t.Errorf("fire %s logged twice in the first run:\n%s", m[1], first)
+		}
+		seen[m[1]] = true
+	}
+	for _, m := range firedLine.FindAllStringSubmatch(second, -1) {
+		if seen[m[1]] {
+			t.Errorf("fire %s of the first run logged again after the restart:\n%s", m[1], second)
+		}
+		seen[m[1]] = true
+	}
+	if !strings.Contains(first, "msg=scheduled trigger=examples.every-3s") {
+		t.Errorf("the first run did not log the example triggers being scheduled:\n%s", first)
+	}
+	for _, log := range []string{first, second} {
+		if !strings.Contains(log, "Agate dev cluster stopped") {
+			t.Errorf("no clean stop in the log:\n%s", log)
+		}
+		if strings.Contains(log, "level=ERROR") || strings.Contains(log, "&{") {
+			t.Errorf("an error, or a Go struct printed as a value, in the log:\n%s", log)
+		}
+		for _, line := range strings.Split(log, "\n") {
+			if strings.Contains(line, `msg=completed`) {
+				t.Errorf("a completion is logged by the tail besides the worker: %s", line)
+			}
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--version")
+	cmd.Env = append(os.Environ(), "AGATE_SCHEDULER_RUN_MAIN=1")
+	out, err := cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "scheduler ") {
+		t.Errorf("--version: %v, output %q", err, out)
+	}
+}
+
+func TestHelpShowsNoRandomDefault(t *testing.T) {
+	t.Setenv("AGATE_INSTANCE_ID", "from-the-environment")
+	var out bytes.Buffer
+	root := rootCommand()
+	root.SetOut(&out)
+	root.SetArgs([]string{"--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "--instance-id") && strings.Contains(line, "(default \"") {
+			t.Errorf("--instance-id shows a default value: %s", line)
+		}
+	}
+	if strings.Contains(out.String(), "from-the-environment") {
+		t.Errorf("--help shows the environment's value:\n%s", out.String())
+	}
+}

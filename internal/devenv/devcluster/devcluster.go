@@ -1,0 +1,164 @@
+// Package devcluster is the all-in-one development cluster behind `scheduler dev` and `make dev`:
+// an embedded NATS JetStream server, a PostgreSQL cluster from the machine's binaries (unless a
+// database URL is given), one scheduler node, one worker with the built-in job types, an example
+// schedule, and a log line per lifecycle step that a developer wants to see.
+package devcluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/agatesched/agate/internal/devenv/localpg"
+	"github.com/agatesched/agate/internal/devenv/natsembed"
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/node"
+	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/worker"
+)
+
+// Config configures a development cluster.
+type Config struct {
+	// DataDir keeps PostgreSQL's data (DataDir/postgres) and JetStream's (DataDir/nats), so that a
+	// second run picks up where the first left off.
+	DataDir string
+	// NATSPort is the embedded NATS server's port; when it is taken, a free one is used.
+	NATSPort int
+	// DatabaseURL names an existing PostgreSQL database; empty starts one in DataDir/postgres.
+	DatabaseURL string
+	// Node configures the scheduler node; the worker is named after its InstanceID.
+	Node node.Config
+	// Logger receives everything; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Run starts the cluster and runs it until ctx is cancelled, then stops everything and returns
+// nil. It returns an error only when something fails on its own.
+func Run(ctx context.Context, cfg Config) error {
+	log := cmp.Or(cfg.Logger, slog.Default())
+	cfg.Node.Logger = log
+	if err := cfg.Node.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("creating data directory: %w", err)
+	}
+	dbURL := cfg.DatabaseURL
+	if dbURL == "" {
+		dir := filepath.Join(cfg.DataDir, "postgres")
+		log.Info("starting PostgreSQL", slog.String("data", dir))
+		pg, err := localpg.Start(ctx, localpg.Config{DataDir: dir, Fsync: true, Logger: log})
+		if err != nil {
+			return fmt.Errorf("starting PostgreSQL (run scripts/ensure-postgres.sh, or set DATABASE_URL): %w", err)
+		}
+		defer func() {
+			if err := pg.Stop(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("stopping PostgreSQL failed", slog.String("error", err.Error()))
+			}
+		}()
+		if dbURL, err = ensureDatabase(ctx, pg, "agate"); err != nil {
+			return err
+		}
+	}
+	port := cfg.NATSPort
+	if !portFree(port) {
+		port = -1 // natsembed picks a free one
+	}
+	ns, err := natsembed.Start(natsembed.Config{StoreDir: filepath.Join(cfg.DataDir, "nats"), Port: port})
+	if err != nil {
+		return fmt.Errorf("starting embedded NATS: %w", err)
+	}
+	defer ns.Shutdown()
+	log.Info("embedded NATS with JetStream is up", slog.String("url", ns.URL()))
+
+	pool, err := store.Open(ctx, dbURL, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	nc, err := nats.Connect(ns.URL(), nats.Name("agate-dev"))
+	if err != nil {
+		return fmt.Errorf("connecting to embedded NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	// The tail reads the streams from their current end, so they must exist before the node
+	// creates them; creating them is idempotent.
+	if err := events.EnsureStreams(ctx, js, cfg.Node.Namespace); err != nil {
+		return err
+	}
+
+	stopTail, err := startTail(ctx, js, cfg.Node.Namespace, log)
+	if err != nil {
+		return err
+	}
+	defer stopTail()
+
+	reg := worker.NewRegistry()
+	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
+	workerID := cfg.Node.InstanceID + "-worker"
+	w, err := worker.New(worker.Config{Namespace: cfg.Node.Namespace, InstanceID: workerID, Logger: log}, js, reg)
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return node.Run(gctx, cfg.Node, pool, nc) })
+	g.Go(func() error { return w.Run(gctx) })
+	g.Go(func() error { return loadExamples(gctx, nc, cfg.Node.Namespace, log) })
+	log.Info("Agate dev cluster running; Ctrl-C stops it", slog.String("nats", ns.URL()),
+		slog.String("namespace", cfg.Node.Namespace))
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	if err == nil {
+		log.Info("Agate dev cluster stopped")
+	}
+	return err
+}
+
+func portFree(port int) bool {
+	if port <= 0 {
+		return false
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// ensureDatabase creates the dev database on first run.
+func ensureDatabase(ctx context.Context, pg *localpg.Cluster, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		return "", fmt.Errorf("connecting to local PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `select exists (select 1 from pg_database where datname = $1)`, name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("checking for database %s: %w", name, err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return "", fmt.Errorf("creating database %s: %w", name, err)
+		}
+	}
+	return pg.URL(name), nil
+}

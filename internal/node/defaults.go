@@ -1,0 +1,22 @@
+package node
+
+import (
+	"github.com/agatesched/agate/internal/acquire"
+	"github.com/agatesched/agate/internal/command"
+	"github.com/agatesched/agate/internal/recovery"
+)
+
+// Defaults of Config, re-exported from the steps that own them so that the command line can show
+// them without importing the steps (cmd wires through this package only).
+const (
+	BatchDefault            = acquire.BatchDefault
+	FireAheadDefault        = acquire.FireAheadDefault
+	PollIntervalDefault     = acquire.PollIntervalDefault
+	MisfireThresholdDefault = acquire.MisfireThresholdDefault
+	CheckinIntervalDefault  = recovery.CheckinIntervalDefault
+	MaxCommandBytesDefault  = command.MaxBodyBytesDefault
+)
+
+// BuiltinJobTypes returns the job types cmd/worker runs out of the box, which a node should
+// accept besides any others it is configured with.
+func BuiltinJobTypes() []string { return append([]string(nil), command.BuiltinJobTypes...) }
