@@ -46,6 +46,7 @@ type Config struct {
 // Run starts the cluster and runs it until ctx is cancelled, then stops everything and returns
 // nil. It returns an error only when something fails on its own.
 func Run(ctx context.Context, cfg Config) error {
+	defer takeTerminal()()
 	log := cmp.Or(cfg.Logger, slog.Default())
 	cfg.Node.Logger = log
 	if err := cfg.Node.Validate(); err != nil {
