@@ -99,7 +99,7 @@ run nothing else heavy on the machine while timing.`,
 	f.IntVar(&o.BurstN, "burst-n", 20000, "burst: one-shot triggers due at T0")
 	f.StringVar(&burstNodes, "burst-nodes", "1,2,4", "burst: node counts to run, comma-separated")
 	f.IntVar(&o.AcceptNodes, "accept-nodes", 2, "accept: scheduler nodes")
-	f.IntVar(&o.SteadyRate, "steady-rate", 500, "steady: triggers firing every 1 s, i.e. fires/s demanded (DESIGN's target is 5000)")
+	f.IntVar(&o.SteadyRate, "steady-rate", 500, "steady: triggers firing every 1 s, i.e. fires/s demanded (the target is 5000)")
 	f.DurationVar(&o.SteadyDuration, "steady-duration", 30*time.Second, "steady: how long each trigger repeats")
 	f.StringVar(&steadyNodes, "steady-nodes", "2", "steady: node counts to run, comma-separated")
 	f.IntVar(&o.Workers, "workers", 2, "workers per workload")

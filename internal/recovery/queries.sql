@@ -4,7 +4,7 @@ values ($1, $2, now(), $3)
 on conflict (sched_name, instance_id) do update set last_checkin_time = now(), checkin_interval_ms = $3;
 
 -- name: FailedNodes
--- The database clock decides (DESIGN §7).
+-- The database clock decides, so node clocks need not agree.
 select instance_id from scheduler_state
 where sched_name = $1 and instance_id <> $2
   and last_checkin_time + make_interval(secs => checkin_interval_ms * 2 / 1000.0) + interval '7.5 seconds' < now();

@@ -34,7 +34,7 @@ const (
 )
 
 // RegisterBuiltins registers noop, sleep, log and http. There is no job type that runs shell
-// commands (DESIGN.md §11): a worker that needs one registers its own handler, with its own
+// commands: a worker that needs one registers its own handler, with its own
 // allow-list.
 func RegisterBuiltins(r *Registry, opts BuiltinOptions) {
 	if opts.HTTPClient == nil {

@@ -1,4 +1,4 @@
-// Package worker runs jobs: step ⑤ of the lifecycle in DESIGN.md §1.
+// Package worker runs jobs: step ⑤ of the lifecycle (docs/architecture.md).
 //
 //	agate.<ns>.fired.<jobType> ──pull (durable worker-<jobType>, shared by every worker)──▶ handler
 //	  ──▶ publish JobCompleted | JobFailed to agate.<ns>.done.<jobType> (PubAck awaited) ──▶ ack JobFired
@@ -17,5 +17,5 @@
 // MAX_DELIVERIES advisory makes another worker publish that final JobFailed instead (deadletter.go).
 //
 // Job types are the names handlers are registered under (Registry). RegisterBuiltins adds noop,
-// sleep, log and http; there is deliberately no shell job type (DESIGN.md §11).
+// sleep, log and http; there is deliberately no shell job type.
 package worker

@@ -17,7 +17,6 @@ import (
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/telemetry"
-	"github.com/agatesched/agate/internal/trigger"
 )
 
 // handle takes one JobFired message from receipt to ack (or nak, or term). The message is
@@ -122,10 +121,11 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	log := w.log.With("job", key, "type", typ, "fire_id", fired.FireID, "attempt", attempt)
 	timeout := w.cfg.DefaultTimeout
 	if fired.Timeout != "" {
-		if d, err := trigger.ParseDuration(fired.Timeout); err == nil && d > 0 {
+		// The scheduler writes the job's timeout as time.Duration.String (docs/contract.md).
+		if d, err := time.ParseDuration(fired.Timeout); err == nil && d > 0 {
 			timeout = d
 		} else {
-			log.WarnContext(ctx, "ignoring the job's timeout: not a positive duration such as \"30s\" or \"PT30S\"", "timeout", fired.Timeout,
+			log.WarnContext(ctx, "ignoring the job's timeout: not a positive Go duration such as \"5m0s\"", "timeout", fired.Timeout,
 				"using", timeout)
 		}
 	}

@@ -60,7 +60,7 @@ const publishRetryFor = 30 * time.Second
 
 // Worker runs the jobs of the registered types. Create it with New, start it with Run.
 //
-// It uses nats.go's jetstream package directly rather than a Watermill subscriber (DESIGN.md §5):
+// It uses nats.go's jetstream package directly rather than a Watermill subscriber:
 // it needs msg.InProgress() heartbeats for long jobs, the delivery count from the message
 // metadata (NumDelivered is the attempt number), NakWithDelay for retry back-off, Term for
 // poison messages, and to ack only after the completion's publish was acknowledged. Watermill's

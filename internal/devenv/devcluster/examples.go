@@ -24,7 +24,7 @@ var examples = []string{`{
                {"group": "examples", "name": "every-3s", "simple": {"interval": "3s", "repeatCount": -1}}]
 }`}
 
-// outcome is the part of a command's reply the loader reads (CONTRACT.md "Replies").
+// outcome is the part of a command's reply the loader reads (docs/contract.md, "Outcomes").
 type outcome struct {
 	OK        bool   `json:"ok"`
 	CommandID string `json:"commandId"`
