@@ -191,10 +191,13 @@ func (a *Acquirer) runPartition(ctx context.Context, p int) (Result, error) {
 		res.NextWaiting, err = a.nextWaiting(ctx, tx)
 		return err
 	})
+	// The queue gets the claims made ahead even when the transaction failed: a commit whose answer
+	// was lost (the database went away) may have stored them, and a node must not leave a claim
+	// it holds unfired. Claims that were not stored are found stale at fire time and dropped.
+	a.queue.Add(later)
 	if err != nil {
 		return Result{}, fmt.Errorf("acquiring triggers: %w", err)
 	}
-	a.queue.Add(later)
 	return res, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/testsignal"
 	"github.com/agatesched/agate/internal/wake"
@@ -46,6 +47,10 @@ type Queue struct {
 	mu      sync.Mutex
 	pending []store.Claim // sorted by SchedTime
 	kick    chan struct{}
+	// After a fire transaction failed for a reason that passes (the database is restarting or
+	// unreachable), its claims wait in pending again and nothing fires before retryAt.
+	failures int
+	retryAt  time.Time
 
 	TestSignals QueueSignals
 }
@@ -122,6 +127,9 @@ func (q *Queue) takeDue() ([]store.Claim, time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.cfg.Now()
+	if now.Before(q.retryAt) && len(q.pending) > 0 {
+		return nil, q.retryAt
+	}
 	n := 0
 	for n < len(q.pending) && n < q.cfg.MaxBatch && !q.pending[n].SchedTime.After(now) {
 		n++
@@ -135,13 +143,17 @@ func (q *Queue) takeDue() ([]store.Claim, time.Time) {
 	return due, next
 }
 
-// fireDue fires due claims in one transaction per lock partition they were made under. The
-// claims of a transaction that fails are given back, so another pass or node fires them.
+// fireDue fires due claims in one transaction per lock partition they were made under. A node
+// never drops a claim: the claims of a transaction that failed because the database is
+// restarting or unreachable are kept and fired when it answers again; those of a transaction
+// that failed for another reason are given back, so another pass or node fires them.
 func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 	byPartition := map[int][]store.Claim{}
 	for _, c := range claims {
 		byPartition[c.Partition] = append(byPartition[c.Partition], c)
 	}
+	var retry []store.Claim
+	var lastErr error
 	for p, group := range byPartition {
 		fired := 0
 		err := q.outbox.InTx(ctx, func(tx *outbox.Tx) error {
@@ -152,17 +164,44 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 			fired, err = q.firer.Fire(ctx, tx, group)
 			return err
 		})
-		if err != nil {
-			if ctx.Err() == nil {
-				q.cfg.Logger.WarnContext(ctx, "fire transaction failed; giving its claims back",
-					slog.Int("claims", len(group)), slog.Any("error", err))
-			}
+		switch {
+		case err == nil:
+			q.TestSignals.Fired.Signal(fired)
+		case ctx.Err() != nil:
+			retry = append(retry, group...) // released by Run on its way out
+		case store.IsTransient(err):
+			retry, lastErr = append(retry, group...), err
+		default:
+			q.cfg.Logger.WarnContext(ctx, "fire transaction failed; giving its claims back",
+				slog.Int("claims", len(group)), slog.Any("error", err))
 			q.release(ctx, group, events.ReleaseFireFailed)
-			continue
 		}
-		q.TestSignals.Fired.Signal(fired)
 	}
+	q.retryLater(ctx, retry, lastErr)
 	q.cfg.Wake.Notify()
+}
+
+// retryLater puts claims whose fire transaction could not run back in the queue, to be fired
+// after a back-off; with none, it ends a run of failures.
+func (q *Queue) retryLater(ctx context.Context, claims []store.Claim, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(claims) == 0 {
+		if q.failures > 0 {
+			q.cfg.Logger.InfoContext(ctx, "firing resumed", slog.Int("failed_attempts", q.failures))
+		}
+		q.failures, q.retryAt = 0, time.Time{}
+		return
+	}
+	q.pending = append(q.pending, claims...)
+	slices.SortStableFunc(q.pending, func(a, b store.Claim) int { return a.SchedTime.Compare(b.SchedTime) })
+	q.failures++
+	wait := retry.Delay(q.failures, 100*time.Millisecond, 5*time.Second)
+	q.retryAt = q.cfg.Now().Add(wait)
+	if err != nil {
+		q.cfg.Logger.WarnContext(ctx, "the database did not take the fire transaction; keeping the claims and retrying",
+			slog.Int("claims", len(claims)), slog.Duration("retry_in", wait.Round(time.Millisecond)), slog.Any("error", err))
+	}
 }
 
 // release gives claims back: their triggers return to WAITING and their fired rows go. It runs

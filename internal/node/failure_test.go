@@ -86,9 +86,8 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired); n <= firedDuringOutage {
 		t.Errorf("no fires were committed while NATS was down (%d before, %d after)", firedDuringOutage, n)
 	}
-	e.waitFor(60*time.Second, "all 800 fires to complete", func() bool {
-		return e.count(`select count(distinct data->>'fireId') from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) >= 800
-	})
+	e.waitCount(60*time.Second, "fires completed", 800,
+		`select count(distinct data->>'fireId') from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted)
 	if n := e.count(`select count(*) from (select 1 from events where sched_name = $1 and type = $2
 		group by data->'trigger'->>'name', data->>'scheduledTime' having count(*) > 1) d`, e.ns, events.TypeJobFired); n != 0 {
 		t.Errorf("%d (trigger, time) pairs fired more than once", n)

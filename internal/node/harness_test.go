@@ -37,8 +37,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvOn(t, testenv.MigratedDatabase(t))
+}
+
+// newEnvOn is newEnv on the migrated database at dbURL.
+func newEnvOn(t *testing.T, dbURL string) *env {
+	t.Helper()
 	ctx := t.Context()
-	dbURL := testenv.MigratedDatabase(t)
 	e := &env{t: t, ns: testenv.Namespace(t), dbURL: dbURL, natsURL: testenv.NATS(t),
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	var err error
@@ -235,5 +240,21 @@ func lockModes(t *testing.T, body func(t *testing.T, mode func(*node.Config))) {
 		t.Run(m, func(t *testing.T) {
 			body(t, func(c *node.Config) { c.LockMode, c.Partitions = m, 4 })
 		})
+	}
+}
+
+// waitCount waits until a count query reaches want, and says how far it got when it does not.
+func (e *env) waitCount(timeout time.Duration, what string, want int, query string, args ...any) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := e.count(query, args...)
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after %s waiting for %s: %d of %d", timeout, what, got, want)
+		}
+		time.Sleep(25 * time.Millisecond)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,7 +94,11 @@ func IsTransient(err error) bool {
 	return pgconn.SafeToRetry(err) || errors.Is(err, context.DeadlineExceeded) || isConnErr(err)
 }
 
+// isConnErr reports a connection that could not be made or was lost: the server is down,
+// restarting, or unreachable.
 func isConnErr(err error) bool {
 	var connErr *pgconn.ConnectError
-	return errors.As(err, &connErr)
+	var netErr net.Error
+	return errors.As(err, &connErr) || errors.As(err, &netErr) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.Timeout(err)
 }

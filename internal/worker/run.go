@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime/debug"
 	"time"
 	"unicode/utf8"
@@ -16,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/telemetry"
 )
 
@@ -264,14 +264,7 @@ func (w *Worker) publish(ctx context.Context, typ, key string, now time.Time, re
 	}
 }
 
-// backoff is the delay before attempt+1: RetryDelay doubled per attempt, capped at
-// MaxRetryDelay, with ±10% jitter so retries of a burst spread out.
+// backoff is the delay before attempt+1: RetryDelay doubled per attempt up to MaxRetryDelay.
 func (w *Worker) backoff(attempt int) time.Duration {
-	d := w.cfg.RetryDelay
-	for i := 1; i < attempt && d < w.cfg.MaxRetryDelay; i++ {
-		d *= 2
-	}
-	d = min(d, w.cfg.MaxRetryDelay)
-	jitter := time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
-	return max(d+jitter, 0)
+	return retry.Delay(attempt, w.cfg.RetryDelay, w.cfg.MaxRetryDelay)
 }

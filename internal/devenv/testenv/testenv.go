@@ -390,11 +390,14 @@ func StartNATS(t testing.TB) *natsembed.Server {
 // StartPostgres starts a private throwaway PostgreSQL cluster for a test
 // that stops, kills or restarts it. It is stopped and removed when the test
 // ends. Prefer [Database] otherwise: a cluster takes about a second to start.
+//
+// It runs with fsync and synchronous_commit on, as production does: a test that kills it must
+// find every commit it was told of still there afterwards.
 func StartPostgres(t testing.TB) *localpg.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := localpg.Start(ctx, localpg.Config{Logger: testLogger(t, slog.LevelWarn)})
+	c, err := localpg.Start(ctx, localpg.Config{Fsync: true, Logger: testLogger(t, slog.LevelWarn)})
 	if err != nil {
 		t.Fatalf("testenv: start PostgreSQL: %v", err)
 	}
