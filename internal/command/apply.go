@@ -278,12 +278,11 @@ func (a *applyCtx) calendar(ctx context.Context, name *string, field string) (tr
 	if err != nil {
 		return nil, err
 	}
-	cal, ok := cals[*name]
-	if !ok {
+	if !cals.Has(*name) {
 		return nil, reject(&Error{Code: CodeNotFound, Field: field + ".calendar",
 			Message: fmt.Sprintf("calendar %q does not exist; add it first with add_calendar", *name)})
 	}
-	return cal, nil
+	return cals.For(*name)
 }
 
 func (a *applyCtx) deleteJob(ctx context.Context, c *DeleteJob) (any, error) {

@@ -21,6 +21,8 @@ const (
 	TypeTriggerCompleted   = "agate.trigger.completed"
 	TypeTriggerMisfired    = "agate.trigger.misfired"
 	TypeTriggerReleased    = "agate.trigger.released"
+	TypeTriggerError       = "agate.trigger.error"
+	TypeClaimDropped       = "agate.claim.dropped"
 	TypeJobDeleted         = "agate.job.deleted"
 	TypeJobRecovered       = "agate.job.recovered"
 	TypeCalendarAdded      = "agate.calendar.added"
@@ -36,6 +38,14 @@ const (
 	ReleaseNodeStopping = "node stopping" // a node gave its unfired claims back as it stopped
 	ReleaseFireFailed   = "fire failed"   // a fire transaction failed; its claims were given back
 	ReleaseEarlierRun   = "earlier run"   // claims left by an earlier run with this instance id
+)
+
+// Reasons a ClaimDropped event gives: why a claim was not fired.
+const (
+	DropClaimLost      = "claim lost"      // its fired row is gone: recovery gave it back, another claim replaced it
+	DropTriggerChanged = "trigger changed" // the trigger moved on or went since the claim was made
+	DropTriggerError   = "trigger error"   // the trigger cannot be computed; it was put in ERROR
+	DropJobBusy        = "job busy"        // a non-concurrent job already fires in this batch
 )
 
 // Aggregates an event belongs to, for history queries on the log.

@@ -122,8 +122,115 @@ func TestFireDropsStaleClaims(t *testing.T) {
 	if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1`); n != 0 {
 		t.Fatalf("%d fired rows left for a dropped claim", n)
 	}
-	if types := e.f.EventTypes(t); len(types) != 0 {
-		t.Fatalf("logged %v for a dropped claim", types)
+	if types := e.f.EventTypes(t); len(types) != 1 || types[0] != events.TypeClaimDropped {
+		t.Fatalf("logged %v for a dropped claim, want one ClaimDropped", types)
+	}
+}
+
+// fireUnlocked fires claims in a transaction that does not take the lock: a node that lost its
+// lock (a pause past the check-in grace, a partition taken over), so only the guards stand
+// between it and a double fire.
+func (e *env) fireUnlocked(t *testing.T, claims ...store.Claim) int {
+	t.Helper()
+	fired := 0
+	err := e.outbox.InTx(t.Context(), func(tx *outbox.Tx) error {
+		var err error
+		fired, err = e.firer.Fire(t.Context(), tx, claims)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fired
+}
+
+func (e *env) countEvents(t *testing.T, typ string) int {
+	t.Helper()
+	return e.f.Count(t, `select count(*) from events where sched_name = $1 and type = $2`, typ)
+}
+
+// Guard: a claim made ahead fires only while its own fired row (its fire id) is ACQUIRED. Here
+// recovery gave claim A back and the trigger was claimed again as B for the same time: A must
+// not fire, B must.
+func TestFireGuardClaimKeyedByFireID(t *testing.T) {
+	e := setup(t)
+	e.f.Job(t, key("j"), false)
+	e.f.Trigger(t, key("t"), key("j"), testenv.Repeating(time.Minute), t0)
+	a := e.claim(t, key("t"), key("j"), t0, true, false)
+	e.f.Exec(t, `delete from fired_triggers where entry_id = $1`, a.FireID) // given back…
+	b := e.claim(t, key("t"), key("j"), t0, true, false)                    // …and claimed again
+	if n := e.fireUnlocked(t, a); n != 0 {
+		t.Fatalf("a claim whose fired row is gone fired (%d)", n)
+	}
+	if got := e.f.State(t, key("t")); got != store.StateAcquired {
+		t.Fatalf("the lost claim changed the trigger to %s", got)
+	}
+	if n := e.fireUnlocked(t, b); n != 1 {
+		t.Fatalf("the live claim fired %d times, want 1", n)
+	}
+	if n := e.countEvents(t, events.TypeJobFired); n != 1 {
+		t.Fatalf("%d JobFired for one (trigger, time), want 1", n)
+	}
+}
+
+// Guard: a trigger advances only from the state and next fire time its claim was made on. Two
+// claims of one trigger for one time, fired without the lock one after the other: one fire.
+func TestFireGuardTriggerStateAndTime(t *testing.T) {
+	for _, ahead := range []bool{false, true} {
+		e := setup(t)
+		e.f.Job(t, key("j"), false)
+		e.f.Trigger(t, key("t"), key("j"), testenv.Repeating(time.Minute), t0)
+		first := e.claim(t, key("t"), key("j"), t0, ahead, false)
+		second := e.claim(t, key("t"), key("j"), t0, ahead, false)
+		if n := e.fireUnlocked(t, first) + e.fireUnlocked(t, second); n != 1 {
+			t.Fatalf("ahead=%v: two claims of one (trigger, time) fired %d times, want 1", ahead, n)
+		}
+		if n := e.countEvents(t, events.TypeJobFired); n != 1 {
+			t.Fatalf("ahead=%v: %d JobFired, want 1", ahead, n)
+		}
+		if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1`); n != 1 {
+			t.Fatalf("ahead=%v: %d fired rows, want the one fire's", ahead, n)
+		}
+	}
+}
+
+// A non-concurrent job's other triggers are blocked only by a fire whose guarded update held.
+func TestFireBlocksOnlyAfterTheUpdateHeld(t *testing.T) {
+	e := setup(t)
+	e.f.Job(t, key("nc"), true)
+	e.f.Trigger(t, key("a"), key("nc"), testenv.Repeating(time.Minute), t0)
+	e.f.Trigger(t, key("b"), key("nc"), testenv.Repeating(time.Minute), t0.Add(time.Hour))
+	c := e.claim(t, key("a"), key("nc"), t0, false, true)
+	e.f.Exec(t, `update triggers set next_fire_time = $2 where sched_name = $1 and trigger_name = 'a'`,
+		e.f.Namespace(), t0.Add(time.Second)) // another node fired it meanwhile
+	if n := e.fireUnlocked(t, c); n != 0 {
+		t.Fatalf("a stale claim fired (%d)", n)
+	}
+	if got := e.f.State(t, key("b")); got != store.StateWaiting {
+		t.Fatalf("the job's other trigger is %s after a fire that did not happen, want WAITING", got)
+	}
+}
+
+// A trigger whose stored schedule cannot be read goes to ERROR with an event; the other claims
+// of the batch fire.
+func TestFireUnreadableScheduleGoesToError(t *testing.T) {
+	e := setup(t)
+	e.f.Job(t, key("j"), false)
+	e.f.Trigger(t, key("bad"), key("j"), testenv.Repeating(time.Minute), t0)
+	e.f.Trigger(t, key("good"), key("j"), testenv.Repeating(time.Minute), t0)
+	e.f.Exec(t, `update triggers set schedule = '{"simple": "every now and then"}' where sched_name = $1 and trigger_name = 'bad'`, e.f.Namespace())
+	bad, good := e.claim(t, key("bad"), key("j"), t0, true, false), e.claim(t, key("good"), key("j"), t0, true, false)
+	if n := e.fire(t, bad, good); n != 1 {
+		t.Fatalf("fired %d, want the good trigger only", n)
+	}
+	if got := e.f.State(t, key("bad")); got != store.StateError {
+		t.Fatalf("the unreadable trigger is %s, want ERROR", got)
+	}
+	if e.countEvents(t, events.TypeTriggerError) != 1 || e.countEvents(t, events.TypeClaimDropped) != 1 {
+		t.Fatalf("logged %v, want a TriggerError and a ClaimDropped besides the JobFired", e.f.EventTypes(t))
+	}
+	if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1`); n != 1 {
+		t.Fatalf("%d fired rows, want the good fire's only", n)
 	}
 }
 

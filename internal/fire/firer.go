@@ -62,16 +62,31 @@ type firing struct {
 	state string // the trigger's state after the fire
 }
 
+// drop is a claim that is not fired, and why (an events.Drop… reason).
+type drop struct {
+	claim  store.Claim
+	reason string
+}
+
 // Fire fires claims inside tx, which holds the claims' lock partition: each claim's trigger
 // advances (Quartz's triggered()), its fired row becomes EXECUTING, and a JobFired event goes
-// into the log. A claim whose trigger changed since it was made (another state, another next
-// fire time, a non-concurrent job already fired in this batch) is dropped, and its fired row
-// deleted. It returns how many claims fired.
+// into the log. It returns how many claims fired.
+//
+// Every write is guarded and its row count checked, so that even a transaction that lost its
+// lock cannot fire a (trigger, time) twice: a claim made ahead fires only while its own fired
+// row (keyed by its fire id) is still ACQUIRED, and a trigger advances only from the state and
+// next fire time the claim was made on. A claim that fails a guard is dropped with a
+// ClaimDropped event; a trigger whose schedule can no longer be computed is put in ERROR with a
+// TriggerError event instead of failing the transaction and stalling its partition.
 func (f *Firer) Fire(ctx context.Context, tx *outbox.Tx, claims []store.Claim) (int, error) {
 	if len(claims) == 0 {
 		return 0, nil
 	}
 	now := f.cfg.Now()
+	claims, drops, err := f.markExecuting(ctx, tx, claims, now)
+	if err != nil {
+		return 0, err
+	}
 	rows, err := f.load(ctx, tx, claims)
 	if err != nil {
 		return 0, err
@@ -80,27 +95,75 @@ func (f *Firer) Fire(ctx context.Context, tx *outbox.Tx, claims []store.Claim) (
 	if err != nil {
 		return 0, err
 	}
-	fires, stale, err := plan(claims, rows, cals)
-	if err != nil {
-		return 0, err
-	}
+	fires, broken, dropped := plan(claims, rows, cals)
+	drops = append(drops, dropped...)
 	fires, lost, err := f.updateTriggers(ctx, tx, fires)
 	if err != nil {
 		return 0, err
 	}
-	stale = append(stale, lost...)
+	drops = append(drops, lost...)
+	errEvs, err := f.setError(ctx, tx, broken, now)
+	if err != nil {
+		return 0, err
+	}
+	for _, b := range broken {
+		drops = append(drops, drop{claim: b.claim, reason: events.DropTriggerError})
+	}
 	if err := f.blockOthers(ctx, tx, fires); err != nil {
 		return 0, err
 	}
-	if err := f.recordFired(ctx, tx, fires, stale, now); err != nil {
+	if err := f.recordFired(ctx, tx, fires, drops, now); err != nil {
 		return 0, err
 	}
 	evs, err := f.jobFired(ctx, fires, now)
 	if err != nil {
 		return 0, err
 	}
+	dropEvs, err := f.dropped(drops, now)
+	if err != nil {
+		return 0, err
+	}
 	tx.Append(evs...)
+	tx.Append(errEvs...)
+	tx.Append(dropEvs...)
 	return len(fires), nil
+}
+
+// markExecuting moves the fired rows of claims made ahead from ACQUIRED to EXECUTING, keyed by
+// fire id. A claim whose row is gone or no longer ACQUIRED was given back (recovery, a stop) and
+// perhaps claimed again under another fire id: it is dropped.
+func (f *Firer) markExecuting(ctx context.Context, tx pgx.Tx, claims []store.Claim, now time.Time) ([]store.Claim, []drop, error) {
+	var ids []uuid.UUID
+	for _, c := range claims {
+		if c.Ahead {
+			ids = append(ids, c.FireID)
+		}
+	}
+	if len(ids) == 0 {
+		return claims, nil, nil
+	}
+	rows, err := tx.Query(ctx, queries.Get("MarkExecuting"), ids, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("marking fired rows executing: %w", err)
+	}
+	marked, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, nil, fmt.Errorf("marking fired rows executing: %w", err)
+	}
+	held := make(map[uuid.UUID]bool, len(marked))
+	for _, id := range marked {
+		held[id] = true
+	}
+	var kept []store.Claim
+	var drops []drop
+	for _, c := range claims {
+		if c.Ahead && !held[c.FireID] {
+			drops = append(drops, drop{claim: c, reason: events.DropClaimLost})
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return kept, drops, nil
 }
 
 // row is what the fire transaction reads of a claimed trigger and its job.
@@ -151,27 +214,32 @@ func calendarNames(rows map[events.Key]*row) []string {
 	return names
 }
 
-// plan checks each claim against its trigger's row and advances the trigger of those that still
-// hold; the others are stale.
-func plan(claims []store.Claim, rows map[events.Key]*row, cals map[string]trigger.Calendar) ([]firing, []uuid.UUID, error) {
-	var fires []firing
-	var stale []uuid.UUID
+// plan advances the trigger of each claim. A claim whose trigger is gone, or whose
+// non-concurrent job already fires in this batch, is dropped; one whose trigger cannot be
+// computed is returned as broken. Whether the trigger is still as claimed is left to the
+// guarded update.
+func plan(claims []store.Claim, rows map[events.Key]*row, cals store.Calendars) (fires, broken []firing, drops []drop) {
 	firedJob := map[events.Key]bool{} // non-concurrent jobs fired in this batch
 	for _, c := range claims {
 		r := rows[c.Trigger()]
-		expect := store.StateWaiting
-		if c.Ahead {
-			expect = store.StateAcquired
-		}
-		if r == nil || r.state != expect || r.next == nil || !r.next.Equal(c.SchedTime) || (c.Nonconcurrent && firedJob[c.Job()]) {
-			stale = append(stale, c.FireID)
+		switch {
+		case r == nil || r.next == nil:
+			drops = append(drops, drop{claim: c, reason: events.DropTriggerChanged})
+			continue
+		case c.Nonconcurrent && firedJob[c.Job()]:
+			drops = append(drops, drop{claim: c, reason: events.DropJobBusy})
 			continue
 		}
-		t, err := trigger.Restore(r.schedule, r.next, r.prev, r.times)
-		if err != nil {
-			return nil, nil, fmt.Errorf("trigger %s: %w", c.Trigger(), err)
+		cal, err := cals.For(r.calendar)
+		var t *trigger.Trigger
+		if err == nil {
+			t, err = trigger.Restore(r.schedule, r.next, r.prev, r.times)
 		}
-		t.Triggered(cals[r.calendar])
+		if err != nil {
+			broken = append(broken, firing{claim: c, row: r, state: err.Error()})
+			continue
+		}
+		t.Triggered(cal)
 		state := store.StateWaiting
 		if c.Nonconcurrent {
 			state = store.StateBlocked
@@ -182,13 +250,12 @@ func plan(claims []store.Claim, rows map[events.Key]*row, cals map[string]trigge
 		}
 		fires = append(fires, firing{claim: c, row: r, trig: t, state: state})
 	}
-	return fires, stale, nil
+	return fires, broken, drops
 }
 
 // updateTriggers writes the advanced triggers, each guarded by the state and next fire time its
-// claim was made on. It returns the fires whose guard held and the fire ids of those whose did
-// not.
-func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing) ([]firing, []uuid.UUID, error) {
+// claim was made on. It returns the fires whose guard held, and the others as drops.
+func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing) ([]firing, []drop, error) {
 	if len(fires) == 0 {
 		return nil, nil, nil
 	}
@@ -197,7 +264,10 @@ func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing) (
 	next, prev, old := make([]*time.Time, k), make([]*time.Time, k), make([]time.Time, k)
 	times := make([]int32, k)
 	for i, fi := range fires {
-		g[i], n[i], state[i], expect[i] = fi.claim.TriggerGroup, fi.claim.TriggerName, fi.state, fi.row.state
+		g[i], n[i], state[i], expect[i] = fi.claim.TriggerGroup, fi.claim.TriggerName, fi.state, store.StateWaiting
+		if fi.claim.Ahead {
+			expect[i] = store.StateAcquired
+		}
 		next[i], prev[i] = store.NullTime(fi.trig.NextFireTime), store.NullTime(fi.trig.PreviousFireTime)
 		times[i], old[i] = int32(fi.trig.TimesTriggered), fi.claim.SchedTime
 	}
@@ -214,12 +284,12 @@ func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing) (
 		updated[key] = true
 	}
 	var kept []firing
-	var lost []uuid.UUID
+	var lost []drop
 	for _, fi := range fires {
 		if updated[fi.claim.Trigger()] {
 			kept = append(kept, fi)
 		} else {
-			lost = append(lost, fi.claim.FireID)
+			lost = append(lost, drop{claim: fi.claim, reason: events.DropTriggerChanged})
 		}
 	}
 	return kept, lost, nil
@@ -243,27 +313,65 @@ func (f *Firer) blockOthers(ctx context.Context, tx pgx.Tx, fires []firing) erro
 	return nil
 }
 
-// recordFired makes the fired rows of the fires EXECUTING (inserting those of claims fired at
-// once) and deletes the fired rows of stale claims made ahead.
-func (f *Firer) recordFired(ctx context.Context, tx pgx.Tx, fires []firing, stale []uuid.UUID, now time.Time) error {
-	if err := store.DeleteFired(ctx, tx, stale); err != nil {
+// recordFired deletes the fired rows of dropped claims and inserts the EXECUTING rows of claims
+// fired at once (those of claims made ahead were marked EXECUTING already).
+func (f *Firer) recordFired(ctx context.Context, tx pgx.Tx, fires []firing, drops []drop, now time.Time) error {
+	ids := make([]uuid.UUID, len(drops))
+	for i, d := range drops {
+		ids[i] = d.claim.FireID
+	}
+	if err := store.DeleteFired(ctx, tx, ids); err != nil {
 		return err
 	}
-	var ahead []uuid.UUID
 	var atOnce []store.Claim
 	for _, fi := range fires {
-		if fi.claim.Ahead {
-			ahead = append(ahead, fi.claim.FireID)
-		} else {
+		if !fi.claim.Ahead {
 			atOnce = append(atOnce, fi.claim)
 		}
 	}
-	if len(ahead) > 0 {
-		if _, err := tx.Exec(ctx, queries.Get("MarkExecuting"), ahead, now); err != nil {
-			return fmt.Errorf("marking fired rows executing: %w", err)
-		}
-	}
 	return store.InsertFired(ctx, tx, f.cfg.Namespace, f.cfg.InstanceID, store.FiredExecuting, now, atOnce)
+}
+
+// setError puts the triggers of broken claims in ERROR and returns their TriggerError events.
+func (f *Firer) setError(ctx context.Context, tx pgx.Tx, broken []firing, now time.Time) ([]events.Event, error) {
+	if len(broken) == 0 {
+		return nil, nil
+	}
+	keys := make([]events.Key, len(broken))
+	reasons := map[events.Key]string{}
+	for i, b := range broken {
+		keys[i] = b.claim.Trigger()
+		reasons[keys[i]] = b.state
+	}
+	set, err := store.SetTriggerError(ctx, tx, f.cfg.Namespace, keys)
+	if err != nil {
+		return nil, err
+	}
+	evs := make([]events.Event, 0, len(set))
+	for _, k := range set {
+		f.cfg.Logger.ErrorContext(ctx, "trigger put in ERROR: its next fire time cannot be computed",
+			slog.String("trigger", k.String()), slog.String("reason", reasons[k]))
+		ev, err := f.origin.Trigger(events.TypeTriggerError, k, now, map[string]any{"trigger": k, "reason": reasons[k]})
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+// dropped builds a ClaimDropped event per dropped claim.
+func (f *Firer) dropped(drops []drop, now time.Time) ([]events.Event, error) {
+	evs := make([]events.Event, 0, len(drops))
+	for _, d := range drops {
+		ev, err := f.origin.Trigger(events.TypeClaimDropped, d.claim.Trigger(), now, map[string]any{
+			"fireId": d.claim.FireID, "trigger": d.claim.Trigger(), "scheduledTime": d.claim.SchedTime.UTC(), "reason": d.reason})
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
 }
 
 // jobFired builds the JobFired event of each fire, each with a span in the trace of the command

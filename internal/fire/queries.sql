@@ -28,4 +28,7 @@ where t.sched_name = $1 and t.job_group = j.g and t.job_name = j.n
   and t.state in ('WAITING', 'ACQUIRED', 'PAUSED');
 
 -- name: MarkExecuting
-update fired_triggers set state = 'EXECUTING', fired_time = $2 where entry_id = any($1);
+-- Keyed by fire id: a claim fires only while its own fired row is still ACQUIRED.
+update fired_triggers set state = 'EXECUTING', fired_time = $2
+where entry_id = any($1) and state = 'ACQUIRED'
+returning entry_id;

@@ -122,3 +122,24 @@ func ScanKey(row pgx.CollectableRow) (events.Key, error) {
 	err := row.Scan(&k.Group, &k.Name)
 	return k, err
 }
+
+// SetTriggerError puts triggers in the ERROR state (Quartz's: they stop firing until replaced)
+// and returns those that exist.
+func SetTriggerError(ctx context.Context, tx pgx.Tx, namespace string, keys []events.Key) ([]events.Key, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	g, n := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		g[i], n[i] = k.Group, k.Name
+	}
+	rows, err := tx.Query(ctx, queries.Get("SetTriggerError"), namespace, g, n)
+	if err != nil {
+		return nil, fmt.Errorf("putting triggers in ERROR: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, ScanKey)
+	if err != nil {
+		return nil, fmt.Errorf("putting triggers in ERROR: %w", err)
+	}
+	return out, nil
+}

@@ -37,3 +37,11 @@ from gone
 where t.sched_name = $1 and t.trigger_group = gone.trigger_group and t.trigger_name = gone.trigger_name
   and t.state = 'ACQUIRED' and t.next_fire_time = gone.sched_time
 returning t.trigger_group, t.trigger_name;
+
+-- name: SetTriggerError
+-- Quartz's ERROR state: a trigger whose schedule can no longer be computed stops firing, so it
+-- cannot stall its partition, until an operator replaces it.
+update triggers t set state = 'ERROR'
+from unnest($2::text[], $3::text[]) as k(g, n)
+where t.sched_name = $1 and t.trigger_group = k.g and t.trigger_name = k.n
+returning t.trigger_group, t.trigger_name;
