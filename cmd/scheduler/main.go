@@ -199,7 +199,7 @@ func runNode(ctx context.Context, o *options) error {
 		return err
 	}
 	defer pool.Close()
-	nc, err := natsconn.Connect(natsconn.Config{URL: o.natsURL, Name: "agate-scheduler " + cfg.InstanceID,
+	nc, err := natsconn.Connect(ctx, natsconn.Config{URL: o.natsURL, Name: "agate-scheduler " + cfg.InstanceID,
 		Creds: o.natsCreds, CA: o.natsCA, Logger: log})
 	if err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -17,7 +19,7 @@ func TestMain(m *testing.M) {
 		main() // the tests below run this test binary as the scheduler command
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	testenv.Main(m)
 }
 
 var firedLine = regexp.MustCompile(`msg=fired .* fire_id=(\S+)`)
@@ -138,5 +140,73 @@ func TestHelpShowsNoRandomDefault(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "from-the-environment") {
 		t.Errorf("--help shows the environment's value:\n%s", out.String())
+	}
+}
+
+// lineReader reads a process's log line by line, keeping all of it for failure messages.
+type lineReader struct {
+	t     *testing.T
+	lines *bufio.Scanner
+	log   strings.Builder
+}
+
+// until reads lines until one contains want, failing the test if the log ends first.
+func (r *lineReader) until(want string) {
+	r.t.Helper()
+	for r.lines.Scan() {
+		r.log.WriteString(r.lines.Text() + "\n")
+		if strings.Contains(r.lines.Text(), want) {
+			return
+		}
+	}
+	r.t.Fatalf("the log ended without %q:\n%s", want, r.log.String())
+}
+
+// A scheduler started while PostgreSQL and NATS are down says so, once each, waits for them,
+// and runs when they come.
+func TestRunWaitsForPostgresAndNATS(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	nats := testenv.StartNATS(t)
+	if err := pg.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	nats.Shutdown()
+
+	cmd := exec.Command(os.Args[0], "run", "--instance-id", "waiting", "--database-url", pg.URL("postgres"), "--nats-url", nats.URL())
+	cmd.Env = append(os.Environ(), "AGATE_SCHEDULER_RUN_MAIN=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	deadline := time.AfterFunc(2*time.Minute, func() { _ = cmd.Process.Kill() })
+	defer deadline.Stop()
+	r := &lineReader{t: t, lines: bufio.NewScanner(stderr)}
+
+	r.until("PostgreSQL is not answering yet; waiting for it")
+	if err := pg.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r.until("NATS is not answering yet; waiting for it")
+	if err := nats.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	r.until("scheduler node started")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for r.lines.Scan() {
+		r.log.WriteString(r.lines.Text() + "\n")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("scheduler exited with %v after SIGTERM, want status 0:\n%s", err, r.log.String())
+	}
+	for _, once := range []string{"PostgreSQL is not answering yet", "NATS is not answering yet"} {
+		if n := strings.Count(r.log.String(), once); n != 1 {
+			t.Errorf("%q logged %d times, want once:\n%s", once, n, r.log.String())
+		}
 	}
 }

@@ -131,7 +131,7 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	}()
 
-	nc, err := natsconn.Connect(natsconn.Config{URL: o.natsURL, Name: "agate-worker " + o.instanceID,
+	nc, err := natsconn.Connect(ctx, natsconn.Config{URL: o.natsURL, Name: "agate-worker " + o.instanceID,
 		Creds: o.natsCreds, CA: o.natsCA, Logger: log})
 	if err != nil {
 		return err

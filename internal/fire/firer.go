@@ -334,30 +334,13 @@ func (f *Firer) recordFired(ctx context.Context, tx pgx.Tx, fires []firing, drop
 
 // setError puts the triggers of broken claims in ERROR and returns their TriggerError events.
 func (f *Firer) setError(ctx context.Context, tx pgx.Tx, broken []firing, now time.Time) ([]events.Event, error) {
-	if len(broken) == 0 {
-		return nil, nil
-	}
-	keys := make([]events.Key, len(broken))
 	reasons := map[events.Key]string{}
-	for i, b := range broken {
-		keys[i] = b.claim.Trigger()
-		reasons[keys[i]] = b.state
-	}
-	set, err := store.SetTriggerError(ctx, tx, f.cfg.Namespace, keys)
-	if err != nil {
-		return nil, err
-	}
-	evs := make([]events.Event, 0, len(set))
-	for _, k := range set {
+	for _, b := range broken {
+		reasons[b.claim.Trigger()] = b.state
 		f.cfg.Logger.ErrorContext(ctx, "trigger put in ERROR: its next fire time cannot be computed",
-			slog.String("trigger", k.String()), slog.String("reason", reasons[k]))
-		ev, err := f.origin.Trigger(events.TypeTriggerError, k, now, map[string]any{"trigger": k, "reason": reasons[k]})
-		if err != nil {
-			return nil, err
-		}
-		evs = append(evs, ev)
+			slog.String("trigger", b.claim.Trigger().String()), slog.String("reason", b.state))
 	}
-	return evs, nil
+	return store.SetTriggerError(ctx, tx, f.origin, reasons, now)
 }
 
 // dropped builds a ClaimDropped event per dropped claim.

@@ -5,10 +5,12 @@ package natsconn
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 )
@@ -22,12 +24,18 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Connect connects, and keeps reconnecting for the life of the connection.
-func Connect(cfg Config) (*nats.Conn, error) {
+// Connect connects, and keeps reconnecting for the life of the connection. When no server
+// answers yet it says so once in the log and waits until one does (or ctx ends), so processes
+// may start before NATS.
+func Connect(ctx context.Context, cfg Config) (*nats.Conn, error) {
 	log := cmp.Or(cfg.Logger, slog.Default())
+	connected := make(chan struct{})
+	var once sync.Once
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(func(*nats.Conn) { once.Do(func() { close(connected) }) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("disconnected from NATS; reconnecting", slog.Any("error", err))
@@ -47,7 +55,18 @@ func Connect(cfg Config) (*nats.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to NATS at %s (set --nats-url or NATS_URL): %w", Redact(cfg.URL), err)
 	}
-	return nc, nil
+	if nc.IsConnected() {
+		return nc, nil
+	}
+	log.Warn("NATS is not answering yet; waiting for it", slog.String("url", Redact(cfg.URL)))
+	select {
+	case <-connected:
+		log.Info("connected to NATS", slog.String("server", Redact(nc.ConnectedUrl())))
+		return nc, nil
+	case <-ctx.Done():
+		nc.Close()
+		return nil, fmt.Errorf("waiting for NATS at %s: %w", Redact(cfg.URL), ctx.Err())
+	}
 }
 
 // Redact removes passwords and tokens from NATS URLs before they are logged.

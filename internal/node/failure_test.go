@@ -1,6 +1,8 @@
 package node_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
+	"github.com/agatesched/agate/internal/store"
 )
 
 // A trigger scheduled to fire before the node's next poll fires on time: applying the command
@@ -199,4 +202,45 @@ func TestGracefulStopGivesClaimsBack(t *testing.T) {
 			return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) == 1
 		})
 	})
+}
+
+// Nodes whose lock settings differ would lock different rows and lose mutual exclusion: a node
+// whose flags disagree with the running nodes' refuses to start and says why. Once no node runs,
+// the settings may change.
+func TestNodeWithOtherLockSettingsRefusesToStart(t *testing.T) {
+	e := newEnv(t)
+	signals := &node.TestSignals{}
+	signals.Acquire.Pass.Init()
+	stop := e.startNode("n1", func(c *node.Config) { c.LockMode, c.Partitions = "partitioned", 8; c.TestSignals = signals })
+	signals.Acquire.Pass.Wait(t) // n1 has joined
+
+	pool, err := store.Open(t.Context(), e.dbURL, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, mod := range []func(*node.Config){
+		func(c *node.Config) { c.LockMode = "global" },
+		func(c *node.Config) { c.LockMode, c.Partitions = "partitioned", 4 },
+	} {
+		cfg := node.Config{Namespace: e.ns, InstanceID: "n2", Logger: e.log}
+		mod(&cfg)
+		err := node.Run(t.Context(), cfg, pool, e.nc)
+		if !errors.Is(err, store.ErrSettingsDiffer) || !strings.Contains(err.Error(), "--lock-mode partitioned --partitions 8") {
+			t.Fatalf("a node with other lock settings: %v; want it refused, naming the running settings", err)
+		}
+	}
+	stop()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	signals2 := &node.TestSignals{}
+	signals2.Acquire.Pass.Init()
+	go func() {
+		done <- node.Run(ctx, node.Config{Namespace: e.ns, InstanceID: "n3", Logger: e.log, LockMode: "global", TestSignals: signals2}, pool, e.nc)
+	}()
+	signals2.Acquire.Pass.Wait(t) // with no node running, the settings changed
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("node with the new settings: %v", err)
+	}
 }

@@ -111,6 +111,12 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	if err := locks.Ensure(ctx, pool); err != nil {
 		return err
 	}
+	if changed, err := locks.Agree(ctx, pool, cfg.InstanceID); err != nil {
+		return err
+	} else if changed {
+		log.WarnContext(ctx, "lock settings of the namespace changed (no other node was running)",
+			slog.String("lock_mode", locks.Mode()), slog.Int("lock_partitions", locks.Count()))
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
@@ -143,6 +149,12 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	if ts := cfg.TestSignals; ts != nil {
 		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete
 		recoverer.TestSignals, ob.TestSignals = ts.Recovery, ts.Outbox
+	}
+	if err := recoverer.Join(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	log.InfoContext(ctx, "scheduler node started", slog.String("namespace", ns),
 		slog.String("lock_mode", cmp.Or(cfg.LockMode, "partitioned")), slog.Int("lock_partitions", locks.Count()))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/testsignal"
 	"github.com/agatesched/agate/internal/trigger"
@@ -76,6 +77,33 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) *Recoverer {
 		cfg.Now = time.Now
 	}
 	return &Recoverer{cfg: cfg, pool: pool, outbox: ob, origin: events.Origin{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID}}
+}
+
+// Join enters the cluster: the node's first check-in, the recovery of failed nodes, and the
+// return of claims left by an earlier run with this instance id. A node starts acquiring only
+// after Join, so that this recovery never gives back a claim the same run has just made. While
+// the database cannot be reached, Join says so once and waits.
+func (r *Recoverer) Join(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		_, err := r.RunOnce(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !store.IsTransient(err):
+			return fmt.Errorf("joining the cluster: %w", err)
+		case attempt == 1:
+			r.cfg.Logger.WarnContext(ctx, "cannot join the cluster yet; retrying", slog.Any("error", err))
+		}
+		t := time.NewTimer(retry.Delay(attempt, 100*time.Millisecond, 5*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // Run checks in and scans every CheckinInterval until ctx is cancelled.
@@ -221,7 +249,7 @@ func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
 			return err
 		}
 		for _, m := range ms {
-			if err := r.misfire(ctx, tx, m, cals[m.calendar], now); err != nil {
+			if err := r.misfire(ctx, tx, m, cals, now); err != nil {
 				return err
 			}
 		}
@@ -238,10 +266,14 @@ func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
 }
 
 // misfire applies a trigger's misfire instruction (Quartz's updateAfterMisfire) and logs it.
-func (r *Recoverer) misfire(ctx context.Context, tx *outbox.Tx, m misfired, cal trigger.Calendar, now time.Time) error {
-	t, err := trigger.Restore(m.schedule, &m.next, m.prev, m.times)
+func (r *Recoverer) misfire(ctx context.Context, tx *outbox.Tx, m misfired, cals store.Calendars, now time.Time) error {
+	cal, err := cals.For(m.calendar)
+	var t *trigger.Trigger
+	if err == nil {
+		t, err = trigger.Restore(m.schedule, &m.next, m.prev, m.times)
+	}
 	if err != nil {
-		return fmt.Errorf("trigger %s: %w", m.key, err)
+		return r.setError(ctx, tx, m.key, err, now)
 	}
 	t.UpdateAfterMisfire(cal, now)
 	schedule, err := json.Marshal(t.Definition)
@@ -260,6 +292,16 @@ func (r *Recoverer) misfire(ctx context.Context, tx *outbox.Tx, m misfired, cal 
 	}
 	tx.Append(ev)
 	return nil
+}
+
+// setError puts a trigger whose schedule cannot be computed in ERROR, with an event, so that the
+// scan does not select it again and again.
+func (r *Recoverer) setError(ctx context.Context, tx *outbox.Tx, k events.Key, cause error, now time.Time) error {
+	r.cfg.Logger.ErrorContext(ctx, "trigger put in ERROR: its next fire time cannot be computed",
+		slog.String("trigger", k.String()), slog.String("reason", cause.Error()))
+	evs, err := store.SetTriggerError(ctx, tx, r.origin, map[events.Key]string{k: cause.Error()}, now)
+	tx.Append(evs...)
+	return err
 }
 
 // Leave is a graceful exit from the cluster: this node's claims not yet fired go back to WAITING

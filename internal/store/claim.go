@@ -123,23 +123,31 @@ func ScanKey(row pgx.CollectableRow) (events.Key, error) {
 	return k, err
 }
 
-// SetTriggerError puts triggers in the ERROR state (Quartz's: they stop firing until replaced)
-// and returns those that exist.
-func SetTriggerError(ctx context.Context, tx pgx.Tx, namespace string, keys []events.Key) ([]events.Key, error) {
-	if len(keys) == 0 {
+// SetTriggerError puts triggers in the ERROR state (Quartz's: they stop firing until replaced),
+// each for the reason given, and returns a TriggerError event from origin for each that exists.
+func SetTriggerError(ctx context.Context, tx pgx.Tx, origin events.Origin, reasons map[events.Key]string, now time.Time) ([]events.Event, error) {
+	if len(reasons) == 0 {
 		return nil, nil
 	}
-	g, n := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		g[i], n[i] = k.Group, k.Name
+	var g, n []string
+	for k := range reasons {
+		g, n = append(g, k.Group), append(n, k.Name)
 	}
-	rows, err := tx.Query(ctx, queries.Get("SetTriggerError"), namespace, g, n)
+	rows, err := tx.Query(ctx, queries.Get("SetTriggerError"), origin.Namespace, g, n)
 	if err != nil {
 		return nil, fmt.Errorf("putting triggers in ERROR: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, ScanKey)
+	keys, err := pgx.CollectRows(rows, ScanKey)
 	if err != nil {
 		return nil, fmt.Errorf("putting triggers in ERROR: %w", err)
 	}
-	return out, nil
+	evs := make([]events.Event, 0, len(keys))
+	for _, k := range keys {
+		ev, err := origin.Trigger(events.TypeTriggerError, k, now, map[string]any{"trigger": k, "reason": reasons[k]})
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
 }

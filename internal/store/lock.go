@@ -73,6 +73,58 @@ func (l Locks) Ensure(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// Mode is the lock mode's name: "global" or "partitioned".
+func (l Locks) Mode() string {
+	if l.Count() == 1 {
+		return "global"
+	}
+	return "partitioned"
+}
+
+// ErrSettingsDiffer says a node's lock settings disagree with those of the nodes running.
+var ErrSettingsDiffer = errors.New("lock settings differ from the running nodes'")
+
+// Agree records the namespace's lock settings when it has none, and otherwise checks that this
+// node's agree with them: nodes that lock different rows lose mutual exclusion. Settings may
+// change only while no other node of the namespace is alive (instanceID is this node's).
+func (l Locks) Agree(ctx context.Context, pool *pgxpool.Pool, instanceID string) (changed bool, err error) {
+	err = InTx(ctx, pool, func(tx pgx.Tx) error {
+		if err := WithLock(ctx, tx, l.Namespace, LockStateAccess); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, queries.Get("InsertSettings"), l.Namespace, l.Mode(), l.Count()); err != nil {
+			return fmt.Errorf("recording lock settings: %w", err)
+		}
+		var mode string
+		var partitions int
+		if err := tx.QueryRow(ctx, queries.Get("ReadSettings"), l.Namespace).Scan(&mode, &partitions); err != nil {
+			return fmt.Errorf("reading lock settings: %w", err)
+		}
+		if mode == l.Mode() && partitions == l.Count() {
+			return nil
+		}
+		rows, err := tx.Query(ctx, queries.Get("LiveNodes"), l.Namespace, instanceID)
+		if err != nil {
+			return fmt.Errorf("reading cluster members: %w", err)
+		}
+		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("reading cluster members: %w", err)
+		}
+		if len(live) > 0 {
+			return fmt.Errorf("%w: namespace %q runs with --lock-mode %s --partitions %d (nodes %v); this node has "+
+				"--lock-mode %s --partitions %d. Start it with the same settings, or stop every node of the namespace to change them",
+				ErrSettingsDiffer, l.Namespace, mode, partitions, live, l.Mode(), l.Count())
+		}
+		if _, err := tx.Exec(ctx, queries.Get("UpdateSettings"), l.Namespace, l.Mode(), l.Count()); err != nil {
+			return fmt.Errorf("changing lock settings: %w", err)
+		}
+		changed = true
+		return nil
+	})
+	return changed, err
+}
+
 // Partition takes lock partition p, waiting for it.
 func (l Locks) Partition(ctx context.Context, tx pgx.Tx, p int) error {
 	return WithLock(ctx, tx, l.Namespace, l.name(p))

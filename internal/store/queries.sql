@@ -45,3 +45,19 @@ update triggers t set state = 'ERROR'
 from unnest($2::text[], $3::text[]) as k(g, n)
 where t.sched_name = $1 and t.trigger_group = k.g and t.trigger_name = k.n
 returning t.trigger_group, t.trigger_name;
+
+-- name: InsertSettings
+insert into namespace_settings (sched_name, lock_mode, partitions) values ($1, $2, $3)
+on conflict (sched_name) do nothing;
+
+-- name: ReadSettings
+select lock_mode, partitions from namespace_settings where sched_name = $1 for update;
+
+-- name: UpdateSettings
+update namespace_settings set lock_mode = $2, partitions = $3 where sched_name = $1;
+
+-- name: LiveNodes
+-- Nodes other than $2 that recovery would not yet consider failed.
+select instance_id from scheduler_state
+where sched_name = $1 and instance_id <> $2
+  and last_checkin_time + make_interval(secs => checkin_interval_ms * 2 / 1000.0) + interval '7.5 seconds' >= now();

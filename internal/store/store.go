@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agatesched/agate/internal/retry"
 )
 
 // Open connects a pool to the database at url and checks that it answers.
@@ -36,13 +39,43 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", redact(cfg.ConnConfig), err)
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
+	if err := waitReachable(ctx, pool, redact(cfg.ConnConfig)); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", redact(cfg.ConnConfig), err)
+		return nil, err
 	}
 	return pool, nil
+}
+
+// waitReachable pings the server until it answers. While it cannot be reached (not started yet,
+// restarting) it says so once in the log and waits; an error that waiting cannot cure (a wrong
+// password, no such database) is returned at once.
+func waitReachable(ctx context.Context, pool *pgxpool.Pool, where string) error {
+	for attempt := 1; ; attempt++ {
+		pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := pool.Ping(pingCtx)
+		cancel()
+		switch {
+		case err == nil:
+			if attempt > 1 {
+				slog.InfoContext(ctx, "PostgreSQL is answering", slog.String("server", where))
+			}
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("waiting for PostgreSQL at %s: %w", where, ctx.Err())
+		case !IsTransient(err):
+			return fmt.Errorf("connecting to PostgreSQL at %s: %w", where, err)
+		case attempt == 1:
+			slog.WarnContext(ctx, "PostgreSQL is not answering yet; waiting for it", slog.String("server", where),
+				slog.String("error", err.Error()))
+		}
+		t := time.NewTimer(retry.Delay(attempt, 100*time.Millisecond, 5*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for PostgreSQL at %s: %w", where, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // redact names the server without its password, for error messages and logs.
