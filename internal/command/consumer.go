@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,12 +52,20 @@ func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	router.AddMiddleware(middleware.Recoverer)
 	router.AddConsumerHandler("commands", subjects.All("cmd"), &streamSubscriber{cons: cons, nakDelay: 2 * time.Second},
 		func(m *message.Message) error {
-			out := h.Handle(telemetry.WithTraceParent(m.Context(), m.Metadata.Get("traceparent")),
-				commandOf(m.Metadata.Get(metaSubject)), m.Payload)
-			if out.Transient() {
-				return errTransient // nacked: redelivered after the delay, answered then
+			ctx := telemetry.WithTraceParent(m.Context(), m.Metadata.Get("traceparent"))
+			cmd := commandOf(m.Metadata.Get(metaSubject))
+			out := h.Handle(ctx, cmd, m.Payload)
+			if !out.Transient() {
+				return nil
 			}
-			return nil
+			// The database is unreachable (unavailable): redeliver until it answers, nothing is
+			// lost. Anything else (internal) will not heal by itself: after a few deliveries the
+			// command ends as a recorded rejection instead of looping.
+			if deliveries, _ := strconv.Atoi(m.Metadata.Get(metaDeliveries)); out.Error.Code == CodeInternal && deliveries >= MaxInternalDeliveries {
+				h.GiveUp(ctx, cmd, m.Payload, deliveries, out.Error)
+				return nil
+			}
+			return errTransient // nacked: redelivered after the delay, answered then
 		})
 
 	sub, err := nc.QueueSubscribe(subjects.API("*"), apiQueue, func(m *nats.Msg) {
@@ -82,6 +91,10 @@ func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 }
 
 var errTransient = errors.New("command could not be applied now")
+
+// MaxInternalDeliveries is how many times a command that fails with an internal error is
+// delivered before it is given up.
+const MaxInternalDeliveries = 5
 
 // commandOf is the last token of agate.<ns>.cmd.<command>.
 func commandOf(subject string) string {

@@ -1,6 +1,9 @@
 package command
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"cmp"
 	"context"
 	_ "embed"
@@ -114,6 +117,9 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 	if !json.Valid(body) {
 		return h.rejectUnread(ctx, cmd, body, invalid("", "body is not valid JSON"))
 	}
+	if hasNUL(body) {
+		return h.rejectUnread(ctx, cmd, body, invalid("", "body contains a NUL character (\\u0000), which Agate cannot store; remove it"))
+	}
 	id := commandID(body)
 	if id != "" {
 		if prev, ok, err := h.seen(ctx, id); err != nil {
@@ -167,7 +173,7 @@ var errDuplicate = errors.New("the same command id is being applied by another n
 // record remembers a final outcome under the command id and appends the command's events,
 // its outcome's last, in tx.
 func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []byte) error {
-	if out.CommandID != "" {
+	if out.CommandID != "" && (out.Error == nil || out.Error.final()) {
 		enc, err := json.Marshal(out)
 		if err != nil {
 			return fmt.Errorf("encoding outcome: %w", err)
@@ -182,12 +188,15 @@ func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []b
 	}
 	typ, data := events.TypeCommandAccepted, any(out)
 	if !out.OK {
+		// The published event says which body was rejected (size and hash), not what it held:
+		// other producers may read the subject. The body itself stays in the database.
 		typ = events.TypeCommandRejected
-		b := string(body)
-		if len(b) > 4096 {
-			b = b[:4096]
+		sum := sha256.Sum256(body)
+		data = map[string]any{"commandId": out.CommandID, "command": out.Command, "error": out.Error,
+			"size": len(body), "sha256": hex.EncodeToString(sum[:])}
+		if _, err := a.tx.Exec(ctx, queries.Get("KeepRejectedBody"), h.cfg.Namespace, sum[:], body); err != nil {
+			return fmt.Errorf("keeping the rejected body: %w", err)
 		}
-		data = map[string]any{"commandId": out.CommandID, "command": out.Command, "error": out.Error, "body": b}
 	}
 	aggID := out.CommandID
 	if aggID == "" {
@@ -199,7 +208,8 @@ func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []b
 // rejectUnread records a rejection (final outcome + CommandRejected event) in its own transaction.
 func (h *Handler) rejectUnread(ctx context.Context, cmd string, body []byte, e *Error) Outcome {
 	id := commandID(body)
-	out := Outcome{OK: false, CommandID: id, Command: cmd, Error: e}
+	// The command name comes from the subject, which may hold anything.
+	out := Outcome{OK: false, CommandID: id, Command: strings.ToValidUTF8(strings.ReplaceAll(cmd, "\x00", ""), "?"), Error: e}
 	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
 	err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
 		a.tx, a.now = tx, h.cfg.Now()
@@ -221,12 +231,12 @@ func (h *Handler) rejectUnread(ctx context.Context, cmd string, body []byte, e *
 func (h *Handler) transient(ctx context.Context, cmd, id string, err error) Outcome {
 	h.cfg.Logger.WarnContext(ctx, "command could not be handled now; it can be retried",
 		slog.String("command", cmd), slog.String("command_id", id), slog.Any("error", err))
-	code := CodeUnavailable
+	e := &Error{Code: CodeUnavailable, Message: "the scheduler could not reach its database; retry with the same id"}
 	if !store.IsTransient(err) {
-		code = CodeInternal
+		e = &Error{Code: CodeInternal, Message: "the scheduler failed to apply the command (its log says why); " +
+			"the id is not remembered, so the command may be sent again"}
 	}
-	return Outcome{OK: false, CommandID: id, Command: cmd,
-		Error: &Error{Code: code, Message: "the scheduler could not apply the command now; retry with the same id"}}
+	return Outcome{OK: false, CommandID: id, Command: cmd, Error: e}
 }
 
 func (h *Handler) seen(ctx context.Context, id string) (Outcome, bool, error) {
@@ -253,8 +263,35 @@ func commandID(body []byte) string {
 	}
 	_ = json.Unmarshal(body, &head)
 	id, _ := head.ID.(string)
-	if len(id) > 128 {
+	if len(id) > 128 || strings.ContainsRune(id, 0) {
 		return ""
 	}
 	return id
+}
+
+// hasNUL reports whether a JSON body holds a NUL character in a string: PostgreSQL's text and
+// jsonb cannot store one.
+func hasNUL(body []byte) bool {
+	if !bytes.Contains(body, []byte(`\u0000`)) {
+		return false // the only way valid JSON spells NUL
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
+			return true
+		}
+	}
+}
+
+// GiveUp ends a command that failed with an internal error on every delivery: it is recorded as
+// rejected with that code, so that it stops being redelivered and its producer can see why.
+func (h *Handler) GiveUp(ctx context.Context, cmd string, body []byte, deliveries int, last *Error) {
+	h.cfg.Logger.ErrorContext(ctx, "giving up a command that failed on every delivery", slog.String("command", cmd),
+		slog.String("command_id", commandID(body)), slog.Int("deliveries", deliveries), slog.String("error", last.Message))
+	h.rejectUnread(ctx, cmd, body, &Error{Code: CodeInternal,
+		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)})
 }

@@ -57,3 +57,7 @@ select count(*) from triggers where sched_name = $1 and calendar_name = $2;
 
 -- name: DeleteCalendar
 delete from calendars where sched_name = $1 and calendar_name = $2;
+
+-- name: KeepRejectedBody
+insert into rejected_bodies (sched_name, sha256, body) values ($1, $2, $3)
+on conflict do nothing;

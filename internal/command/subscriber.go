@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,6 +36,9 @@ func (s *streamSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *mes
 	cc, err := s.cons.Consume(func(m jetstream.Msg) {
 		wm := message.NewMessage(uuid.NewString(), m.Data())
 		wm.Metadata.Set(metaSubject, m.Subject())
+		if md, err := m.Metadata(); err == nil {
+			wm.Metadata.Set(metaDeliveries, strconv.FormatUint(md.NumDelivered, 10))
+		}
 		if tp := m.Headers().Get("traceparent"); tp != "" {
 			wm.Metadata.Set("traceparent", tp)
 		}
@@ -94,5 +98,9 @@ func (s *streamSubscriber) Close() error {
 	return nil
 }
 
-// metaSubject is the metadata key carrying the NATS subject (which names the command).
-const metaSubject = "nats_subject"
+// Metadata keys: the NATS subject (which names the command), and how many times JetStream has
+// delivered the message.
+const (
+	metaSubject    = "nats_subject"
+	metaDeliveries = "deliveries"
+)
