@@ -2,11 +2,11 @@ package command
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"

@@ -75,4 +75,3 @@ func mutate(rng *rand.Rand, b []byte) []byte {
 	}
 	return out
 }
-
