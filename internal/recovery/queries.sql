@@ -17,7 +17,7 @@ select trigger_group, trigger_name, schedule, next_fire_time, prev_fire_time, ti
        coalesce(calendar_name, '')
 from triggers
 where sched_name = $1 and state = 'WAITING' and misfire_instr <> 'ignore_misfire_policy'
-  and next_fire_time < $2
+  and next_fire_time < $2 and partition % $4 = $5
 order by next_fire_time
 limit $3;
 

@@ -220,15 +220,39 @@ type misfired struct {
 }
 
 func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
+	total := 0
+	for p := range r.cfg.Locks.Count() {
+		for {
+			n, err := r.misfiresIn(ctx, p)
+			total += n
+			if err != nil {
+				return total, fmt.Errorf("handling misfires: %w", err)
+			}
+			if n < misfireBatch {
+				break
+			}
+		}
+	}
+	if total > 0 {
+		r.cfg.Logger.InfoContext(ctx, "handled misfired triggers", slog.Int("triggers", total))
+	}
+	return total, nil
+}
+
+// misfiresIn handles one batch of misfired triggers of lock partition p, under that partition
+// only, so acquirers of the other partitions go on. A partition another node holds is left for
+// the next pass.
+func (r *Recoverer) misfiresIn(ctx context.Context, p int) (int, error) {
 	ns := r.cfg.Namespace
 	handled := 0
 	err := r.outbox.InTx(ctx, func(tx *outbox.Tx) error {
 		handled = 0
-		if err := r.cfg.Locks.All(ctx, tx); err != nil {
+		if got, err := r.cfg.Locks.TryPartition(ctx, tx, p); err != nil || !got {
 			return err
 		}
 		now := r.cfg.Now()
-		rows, err := tx.Query(ctx, queries.Get("SelectMisfired"), ns, now.Add(-r.cfg.MisfireThreshold), misfireBatch)
+		rows, err := tx.Query(ctx, queries.Get("SelectMisfired"), ns, now.Add(-r.cfg.MisfireThreshold), misfireBatch,
+			r.cfg.Locks.Count(), p)
 		if err != nil {
 			return fmt.Errorf("selecting misfired triggers: %w", err)
 		}
@@ -256,13 +280,7 @@ func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
 		handled = len(ms)
 		return nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("handling misfires: %w", err)
-	}
-	if handled > 0 {
-		r.cfg.Logger.InfoContext(ctx, "handled misfired triggers", slog.Int("triggers", handled))
-	}
-	return handled, nil
+	return handled, err
 }
 
 // misfire applies a trigger's misfire instruction (Quartz's updateAfterMisfire) and logs it.

@@ -1,6 +1,7 @@
 package recovery_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -131,5 +132,32 @@ func TestLeave(t *testing.T) {
 	}
 	if n := f.Count(t, `select count(*) from scheduler_state where sched_name = $1`); n != 0 {
 		t.Fatalf("%d membership rows after leave, want 0", n)
+	}
+}
+
+// The scan handles every misfired trigger in one pass, more than a batch of them and in every
+// partition, and puts one it cannot compute in ERROR instead of selecting it again and again.
+func TestMisfireScanHandlesAllAndErrorsTheUncomputable(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	const n = 1200 // more than two batches
+	for i := range n {
+		j := events.Key{Group: "g", Name: fmt.Sprintf("j%04d", i)}
+		f.Job(t, j, false)
+		f.Trigger(t, j, j, testenv.Repeating(time.Hour), now.Add(-10*time.Minute))
+	}
+	f.Exec(t, `update triggers set schedule = '{"simple": 1}' where sched_name = $1 and trigger_name = 'j0007'`, f.Namespace())
+	res, err := newRecoverer(f, "n1", func() time.Time { return now }).RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Misfired != n {
+		t.Fatalf("one pass handled %d misfired triggers, want %d", res.Misfired, n)
+	}
+	if late := f.Count(t, `select count(*) from triggers where sched_name = $1 and state = 'WAITING' and next_fire_time < $2`, now); late != 0 {
+		t.Fatalf("%d triggers still misfired after the pass", late)
+	}
+	if got := f.State(t, events.Key{Group: "g", Name: "j0007"}); got != store.StateError {
+		t.Fatalf("the uncomputable trigger is %s, want ERROR", got)
 	}
 }
