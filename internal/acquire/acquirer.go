@@ -54,6 +54,9 @@ type Config struct {
 	// Wake makes the loop acquire at once instead of at its next planned pass: the steps that
 	// change triggers notify it.
 	Wake *wake.Signal
+	// Member is the node's membership: no pass runs while the node is out of the cluster, and
+	// every claim records its epoch.
+	Member *store.Member
 }
 
 // Firer fires claims that are already due inside the acquire transaction (fire.Firer).
@@ -137,6 +140,9 @@ type Result struct {
 // transaction in global mode).
 func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
 	var total Result
+	if !a.cfg.Member.Joined() {
+		return total, nil // declared failed: the recoverer rejoins, then passes go on
+	}
 	n := a.cfg.Locks.Count()
 	start := a.next % n
 	a.next++
@@ -165,6 +171,9 @@ func (a *Acquirer) runPartition(ctx context.Context, p int) (Result, error) {
 		later, res = nil, Result{}
 		got, err := a.cfg.Locks.TryPartition(ctx, tx, p)
 		if err != nil || !got {
+			return err
+		}
+		if err := store.CheckMember(ctx, tx, a.cfg.Namespace, a.cfg.InstanceID, a.cfg.Member); err != nil {
 			return err
 		}
 		now := a.cfg.Now()
@@ -235,7 +244,7 @@ func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, p in
 			}
 			seenNonconcurrent[c.Job()] = true
 		}
-		c.FireID, c.Partition = uuid.Must(uuid.NewV7()), p
+		c.FireID, c.Partition, c.Epoch = uuid.Must(uuid.NewV7()), p, a.cfg.Member.Epoch()
 		claims = append(claims, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -42,6 +42,9 @@ func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("creating command consumer: %w", err)
 	}
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second},

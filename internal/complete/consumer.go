@@ -92,6 +92,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("creating completion consumer: %w", err)
 	}
 	for ctx.Err() == nil {

@@ -2,6 +2,7 @@ package fire_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -289,5 +290,35 @@ func TestQueueFiresWhenDueAndReleasesOnStop(t *testing.T) {
 	}
 	if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and state = 'ACQUIRED'`); n != 0 {
 		t.Fatalf("%d ACQUIRED fired rows left after stop", n)
+	}
+}
+
+// Fencing: a claim fires only while the node that made it is a member under the claim's epoch.
+// A node declared failed (its epoch replaced) cannot fire what it claimed before.
+func TestFireRefusesClaimsOfAFencedEpoch(t *testing.T) {
+	e := setup(t)
+	e.f.Job(t, key("j"), false)
+	e.f.Trigger(t, key("t"), key("j"), testenv.Repeating(time.Minute), t0)
+	e.f.Exec(t, `insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms, epoch)
+		values ($1, 'n1', now(), 1000, 7)`, e.f.Namespace())
+	c := store.Claim{FireID: uuid.Must(uuid.NewV7()), TriggerGroup: "g", TriggerName: "t", JobGroup: "g", JobName: "j",
+		SchedTime: t0, Epoch: 7, Ahead: true}
+	e.f.Exec(t, `update triggers set state = 'ACQUIRED' where sched_name = $1`, e.f.Namespace())
+	if err := e.outbox.InTx(t.Context(), func(tx *outbox.Tx) error {
+		return store.InsertFired(t.Context(), tx, e.f.Namespace(), "n1", store.FiredAcquired, t0, []store.Claim{c})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.f.Exec(t, `update scheduler_state set epoch = 8 where sched_name = $1`, e.f.Namespace()) // declared failed, rejoined
+	if n := e.fireUnlocked(t, c); n != 0 {
+		t.Fatalf("a claim of a fenced epoch fired (%d)", n)
+	}
+	member := &store.Member{}
+	member.Set(7)
+	err := e.outbox.InTx(t.Context(), func(tx *outbox.Tx) error {
+		return store.CheckMember(t.Context(), tx, e.f.Namespace(), "n1", member)
+	})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("CheckMember with a replaced epoch: %v, want ErrFenced", err)
 	}
 }

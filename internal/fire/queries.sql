@@ -28,7 +28,10 @@ where t.sched_name = $1 and t.job_group = j.g and t.job_name = j.n
   and t.state in ('WAITING', 'ACQUIRED', 'PAUSED');
 
 -- name: MarkExecuting
--- Keyed by fire id: a claim fires only while its own fired row is still ACQUIRED.
-update fired_triggers set state = 'EXECUTING', fired_time = $2
-where entry_id = any($1) and state = 'ACQUIRED'
-returning entry_id;
+-- Keyed by fire id: a claim fires only while its own fired row is still ACQUIRED, and only while
+-- the node that made it is a member under the epoch it made it in (epoch 0: a step run on its own).
+update fired_triggers f set state = 'EXECUTING', fired_time = $2
+where f.entry_id = any($1) and f.state = 'ACQUIRED'
+  and (f.epoch = 0 or exists (select 1 from scheduler_state s
+                              where s.sched_name = f.sched_name and s.instance_id = f.instance_id and s.epoch = f.epoch))
+returning f.entry_id;

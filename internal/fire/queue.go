@@ -3,6 +3,7 @@ package fire
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -35,6 +36,9 @@ type QueueConfig struct {
 	Now func() time.Time
 	// Wake is notified after a fire: a fired trigger's next fire may already be due.
 	Wake *wake.Signal
+	// Member is the node's membership: claims made under an epoch the node no longer holds are
+	// not fired (the cluster released them when it declared the node failed).
+	Member *store.Member
 }
 
 // Queue holds the claims acquired ahead of their fire time and fires each when it is due, in a
@@ -149,8 +153,17 @@ func (q *Queue) takeDue() ([]store.Claim, time.Time) {
 // that failed for another reason are given back, so another pass or node fires them.
 func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 	byPartition := map[int][]store.Claim{}
+	fenced := 0
 	for _, c := range claims {
+		if q.cfg.Member != nil && c.Epoch != q.cfg.Member.Epoch() {
+			fenced++
+			continue
+		}
 		byPartition[c.Partition] = append(byPartition[c.Partition], c)
+	}
+	if fenced > 0 {
+		q.cfg.Logger.WarnContext(ctx, "dropped claims made before this node was declared failed; the cluster released them",
+			slog.Int("claims", fenced))
 	}
 	var retry []store.Claim
 	var lastErr error
@@ -160,6 +173,9 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 			if err := q.cfg.Locks.Partition(ctx, tx, p); err != nil {
 				return err
 			}
+			if err := store.CheckMember(ctx, tx, q.cfg.Namespace, q.cfg.InstanceID, q.cfg.Member); err != nil {
+				return err
+			}
 			var err error
 			fired, err = q.firer.Fire(ctx, tx, group)
 			return err
@@ -167,6 +183,9 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 		switch {
 		case err == nil:
 			q.TestSignals.Fired.Signal(fired)
+		case errors.Is(err, store.ErrFenced):
+			q.cfg.Logger.WarnContext(ctx, "not firing: this node was declared failed; the cluster released its claims",
+				slog.Int("claims", len(group)))
 		case ctx.Err() != nil:
 			retry = append(retry, group...) // released by Run on its way out
 		case store.IsTransient(err):

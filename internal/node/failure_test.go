@@ -16,6 +16,7 @@ import (
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
+	"github.com/agatesched/agate/internal/recovery"
 	"github.com/agatesched/agate/internal/store"
 )
 
@@ -242,5 +243,37 @@ func TestNodeWithOtherLockSettingsRefusesToStart(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("node with the new settings: %v", err)
+	}
+}
+
+// A node the cluster declared failed while it held a claim (as after a pause past the check-in
+// grace) finds out at its next check-in, stops claiming, rejoins under a new epoch, and the
+// trigger fires once.
+func TestDeclaredFailedNodeRejoinsAndFiresOnce(t *testing.T) {
+	e := newEnv(t)
+	signals := &node.TestSignals{}
+	signals.Acquire.Pass.Init()
+	signals.Recovery.Pass.Init()
+	e.startNode("n1", func(c *node.Config) { c.FireAhead = 10 * time.Second; c.TestSignals = signals })
+	e.startWorker("w1", nil, nil)
+	at := time.Now().Add(4 * time.Second)
+	if out := e.request("schedule_job", map[string]any{"id": "fenced", "job": job("g", "j", "noop", nil, nil),
+		"triggers": []any{oneShot("g", "t", at)}}); !out.OK {
+		t.Fatalf("schedule_job: %+v", out.Error)
+	}
+	signals.Acquire.Pass.WaitUntil(t, func(r acquire.Result) bool { return r.Claimed == 1 })
+	var epoch int64
+	if err := e.pool.QueryRow(t.Context(), `delete from scheduler_state where sched_name = $1 and instance_id = 'n1' returning epoch`,
+		e.ns).Scan(&epoch); err != nil {
+		t.Fatal(err)
+	}
+	signals.Recovery.Pass.WaitUntil(t, func(r recovery.Result) bool { return r.Fenced })
+	if n := e.count(`select count(*) from scheduler_state where sched_name = $1 and instance_id = 'n1' and epoch > $2`, e.ns, epoch); n != 1 {
+		t.Fatal("the node did not rejoin under a new epoch")
+	}
+	e.waitCount(20*time.Second, "the trigger's completion", 1,
+		`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted)
+	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired); n != 1 {
+		t.Fatalf("%d JobFired for one one-shot, want 1", n)
 	}
 }

@@ -1,7 +1,16 @@
+-- name: Join
+-- A node enters the cluster under a new epoch (a row left by an earlier run of this instance id
+-- gets a new one too).
+insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms, epoch)
+values ($1, $2, now(), $3, nextval('scheduler_epoch'))
+on conflict (sched_name, instance_id) do update
+set last_checkin_time = now(), checkin_interval_ms = $3, epoch = nextval('scheduler_epoch')
+returning epoch;
+
 -- name: CheckIn
-insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms)
-values ($1, $2, now(), $3)
-on conflict (sched_name, instance_id) do update set last_checkin_time = now(), checkin_interval_ms = $3;
+-- No row: the cluster declared this node failed (or another process took its instance id).
+update scheduler_state set last_checkin_time = now(), checkin_interval_ms = $3
+where sched_name = $1 and instance_id = $2 and epoch = $4;
 
 -- name: FailedNodes
 -- The database clock decides, so node clocks need not agree.

@@ -50,6 +50,9 @@ type Config struct {
 	Now func() time.Time
 	// Wake is notified after triggers were released or rescheduled.
 	Wake *wake.Signal
+	// Member is set to this node's epoch once it has joined, and to 0 when it finds it was
+	// declared failed, so that acquire and the fire queue stop at once.
+	Member *store.Member
 }
 
 // Recoverer runs check-in, failed-node recovery and the misfire scan.
@@ -58,7 +61,8 @@ type Recoverer struct {
 	pool      *pgxpool.Pool
 	outbox    *outbox.Outbox
 	origin    events.Origin
-	firstDone bool
+	epoch     int64 // of this node's membership row; 0 until it joins and after it is fenced
+	firstDone bool  // this membership's first pass (which gives back an earlier run's claims) is done
 
 	TestSignals TestSignals
 }
@@ -126,17 +130,37 @@ func (r *Recoverer) Run(ctx context.Context) error {
 
 // Result says what one pass did.
 type Result struct {
+	Fenced      bool     // the node found it had been declared failed, and rejoined
 	FailedNodes []string // nodes found failed and recovered
 	Released    int      // triggers released: claims of failed nodes, and this node's leftovers
 	Misfired    int      // misfired triggers handled
 }
 
-// RunOnce checks in, recovers failed nodes and handles misfires. Its first pass also gives back
-// claims left by an earlier run of a node with this instance id.
+// RunOnce checks in, recovers failed nodes and handles misfires. A node not yet a member joins
+// under a new epoch, and its first pass gives back claims left by an earlier run with its
+// instance id. A node whose check-in finds its membership gone was declared failed (a pause or
+// a cut-off longer than the grace): it stops claiming at once, and rejoins.
 func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
-	if _, err := r.pool.Exec(ctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID, r.cfg.CheckinInterval.Milliseconds()); err != nil {
-		return res, fmt.Errorf("checking in: %w", err)
+	if r.epoch != 0 {
+		tag, err := r.pool.Exec(ctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID,
+			r.cfg.CheckinInterval.Milliseconds(), r.epoch)
+		if err != nil {
+			return res, fmt.Errorf("checking in: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			r.cfg.Member.Set(0)
+			r.cfg.Logger.ErrorContext(ctx, "this node was declared failed by the cluster (it did not check in in time: "+
+				"paused, overloaded or cut off from the database); it stopped claiming, and rejoins under a new epoch",
+				slog.Int64("old_epoch", r.epoch))
+			r.epoch, r.firstDone, res.Fenced = 0, false, true
+		}
+	}
+	if r.epoch == 0 {
+		if err := r.pool.QueryRow(ctx, queries.Get("Join"), r.cfg.Namespace, r.cfg.InstanceID,
+			r.cfg.CheckinInterval.Milliseconds()).Scan(&r.epoch); err != nil {
+			return res, fmt.Errorf("joining the cluster: %w", err)
+		}
 	}
 	failed, released, err := r.recoverFailed(ctx)
 	if err != nil {
@@ -144,6 +168,7 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	}
 	res.FailedNodes, res.Released = failed, released
 	r.firstDone = true
+	r.cfg.Member.Set(r.epoch)
 	misfired, err := r.handleMisfires(ctx)
 	res.Misfired = misfired
 	if res.Released > 0 || misfired > 0 {

@@ -161,3 +161,33 @@ func TestMisfireScanHandlesAllAndErrorsTheUncomputable(t *testing.T) {
 		t.Fatalf("the uncomputable trigger is %s, want ERROR", got)
 	}
 }
+
+// A node whose membership row is gone (another node's recovery declared it failed) finds out at
+// its next check-in: it is out at once, then rejoins under a new epoch and gives back the claims
+// of its old one.
+func TestFencedNodeRejoinsUnderNewEpoch(t *testing.T) {
+	f := testenv.NewFixture(t, 2)
+	f.Job(t, key("j"), false)
+	member := &store.Member{}
+	r := recovery.New(recovery.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Member: member},
+		f.Pool, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil))
+	if _, err := r.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	first := member.Epoch()
+	if first == 0 {
+		t.Fatal("the node has no epoch after joining")
+	}
+	claimedBy(t, f, key("old"), "n1", time.Now().Add(time.Minute).Truncate(time.Millisecond))
+	f.Exec(t, `delete from scheduler_state where sched_name = $1 and instance_id = 'n1'`, f.Namespace())
+	res, err := r.RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Fenced || member.Epoch() == 0 || member.Epoch() == first {
+		t.Fatalf("pass %+v with epoch %d (was %d): want fenced, then a member under a new epoch", res, member.Epoch(), first)
+	}
+	if got := f.State(t, key("old")); got != store.StateWaiting {
+		t.Fatalf("the old epoch's claim is %s, want WAITING", got)
+	}
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -41,6 +42,8 @@ type Claim struct {
 	Nonconcurrent    bool
 	RequestsRecovery bool
 	Partition        int // the lock partition the claim was made under (Locks)
+	// Epoch is the membership epoch of the node that made the claim (see Member).
+	Epoch int64
 	// Ahead says the claim was made before its fire time: its trigger is ACQUIRED and it has a
 	// fired row in state ACQUIRED. Otherwise it is fired in the transaction that made it, and its
 	// trigger is still WAITING.
@@ -64,12 +67,13 @@ func InsertFired(ctx context.Context, tx pgx.Tx, namespace, instanceID, state st
 	sched := make([]time.Time, n)
 	nc, rr := make([]bool, n), make([]bool, n)
 	prio := make([]int32, n)
+	epochs := make([]int64, n)
 	for i, c := range claims {
 		ids[i], tg[i], tn[i], jg[i], jn[i] = c.FireID, c.TriggerGroup, c.TriggerName, c.JobGroup, c.JobName
-		sched[i], nc[i], rr[i], prio[i] = c.SchedTime, c.Nonconcurrent, c.RequestsRecovery, int32(c.Priority)
+		sched[i], nc[i], rr[i], prio[i], epochs[i] = c.SchedTime, c.Nonconcurrent, c.RequestsRecovery, int32(c.Priority), c.Epoch
 	}
 	_, err := tx.Exec(ctx, queries.Get("InsertFired"),
-		namespace, instanceID, now, state, ids, tg, tn, jg, jn, sched, nc, rr, prio)
+		namespace, instanceID, now, state, ids, tg, tn, jg, jn, sched, nc, rr, prio, epochs)
 	if err != nil {
 		return fmt.Errorf("inserting %d fired-trigger rows: %w", n, err)
 	}
@@ -150,4 +154,30 @@ func SetTriggerError(ctx context.Context, tx pgx.Tx, origin events.Origin, reaso
 		evs = append(evs, ev)
 	}
 	return evs, nil
+}
+
+// ErrFenced says this node is no longer a member of the cluster under the epoch it holds: the
+// cluster declared it failed (it did not check in within the grace) and released its claims.
+var ErrFenced = errors.New("this node was declared failed by the cluster; it must rejoin before it claims again")
+
+// CheckMember verifies, inside tx, that the node is still a member under the epoch m holds, and
+// keeps it one until tx ends. Transactions that claim or fire call it first: a node declared
+// failed must not. A nil m (a step used on its own, in tests) checks nothing.
+func CheckMember(ctx context.Context, tx pgx.Tx, namespace, instanceID string, m *Member) error {
+	if m == nil {
+		return nil
+	}
+	epoch := m.Epoch()
+	if epoch == 0 {
+		return ErrFenced
+	}
+	var current int64
+	err := tx.QueryRow(ctx, queries.Get("MemberEpoch"), namespace, instanceID).Scan(&current)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && current != epoch) {
+		return ErrFenced
+	}
+	if err != nil {
+		return fmt.Errorf("reading cluster membership: %w", err)
+	}
+	return nil
 }

@@ -13,10 +13,10 @@ insert into outbox_cursor (sched_name) values ($1) on conflict do nothing;
 
 -- name: InsertFired
 insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name,
-    instance_id, fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
-select $1, id, tg, tn, jg, jn, $2, $3, st, $4, nc, rr, pr
+    instance_id, fired_time, sched_time, state, nonconcurrent, requests_recovery, priority, epoch)
+select $1, id, tg, tn, jg, jn, $2, $3, st, $4, nc, rr, pr, ep
 from unnest($5::uuid[], $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[],
-    $11::bool[], $12::bool[], $13::int[]) as c(id, tg, tn, jg, jn, st, nc, rr, pr);
+    $11::bool[], $12::bool[], $13::int[], $14::bigint[]) as c(id, tg, tn, jg, jn, st, nc, rr, pr, ep);
 
 -- name: DeleteFired
 delete from fired_triggers where entry_id = any($1);
@@ -61,3 +61,8 @@ update namespace_settings set lock_mode = $2, partitions = $3 where sched_name =
 select instance_id from scheduler_state
 where sched_name = $1 and instance_id <> $2
   and last_checkin_time + make_interval(secs => checkin_interval_ms * 2 / 1000.0) + interval '7.5 seconds' >= now();
+
+-- name: MemberEpoch
+-- The epoch of a node's membership row, read at the start of a transaction that claims or fires:
+-- FOR SHARE keeps recovery from declaring the node failed until the transaction ends.
+select epoch from scheduler_state where sched_name = $1 and instance_id = $2 for share;
