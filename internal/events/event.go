@@ -23,6 +23,7 @@ const (
 	TypeTriggerReleased    = "agate.trigger.released"
 	TypeTriggerError       = "agate.trigger.error"
 	TypeClaimDropped       = "agate.claim.dropped"
+	TypeTriggerRepaired    = "agate.trigger.repaired"
 	TypeJobDeleted         = "agate.job.deleted"
 	TypeJobRecovered       = "agate.job.recovered"
 	TypeCalendarAdded      = "agate.calendar.added"

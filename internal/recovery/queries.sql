@@ -38,3 +38,56 @@ where sched_name = $1 and trigger_group = $2 and trigger_name = $3 and state = '
 
 -- name: Leave
 delete from scheduler_state where sched_name = $1 and instance_id = $2;
+
+-- name: HealBlocked
+-- Blocked by a non-concurrent job's execution, but the job has none in flight (no fired row).
+update triggers t
+set state = case t.state when 'PAUSED_BLOCKED' then 'PAUSED' else 'WAITING' end
+where t.sched_name = $1 and t.state in ('BLOCKED', 'PAUSED_BLOCKED')
+  and not exists (select 1 from fired_triggers f
+                  where f.sched_name = t.sched_name and f.job_group = t.job_group and f.job_name = t.job_name)
+returning t.trigger_group, t.trigger_name, t.state;
+
+-- name: ForgetOrphanClaims
+-- Claims (ACQUIRED fired rows) of nodes that are no longer members: nobody will fire them.
+delete from fired_triggers f
+where f.sched_name = $1 and f.state = 'ACQUIRED'
+  and not exists (select 1 from scheduler_state s where s.sched_name = f.sched_name and s.instance_id = f.instance_id);
+
+-- name: HealAcquired
+-- Claimed, but no live node holds a claim on it (no ACQUIRED fired row of a member).
+update triggers t set state = 'WAITING'
+where t.sched_name = $1 and t.state = 'ACQUIRED'
+  and not exists (select 1 from fired_triggers f
+                  join scheduler_state s on s.sched_name = f.sched_name and s.instance_id = f.instance_id
+                  where f.sched_name = t.sched_name and f.trigger_group = t.trigger_group
+                    and f.trigger_name = t.trigger_name and f.state = 'ACQUIRED')
+returning t.trigger_group, t.trigger_name, 'ACQUIRED';
+
+-- name: HealComplete
+-- Will not fire again, and its last execution has ended: it should have been deleted.
+delete from triggers t
+where t.sched_name = $1 and t.state = 'COMPLETE'
+  and not exists (select 1 from fired_triggers f
+                  where f.sched_name = t.sched_name and f.trigger_group = t.trigger_group and f.trigger_name = t.trigger_name)
+returning t.trigger_group, t.trigger_name, 'COMPLETE';
+
+-- name: DeleteOrphanJobs
+-- Non-durable jobs left without triggers go (Quartz's removeTrigger).
+delete from job_details j
+where j.sched_name = $1 and not j.durable
+  and not exists (select 1 from triggers t
+                  where t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name)
+  and not exists (select 1 from fired_triggers f
+                  where f.sched_name = j.sched_name and f.job_group = j.job_group and f.job_name = j.job_name);
+
+-- name: AnyStuck
+-- The healing scan's look without locks: is any trigger stuck as HealBlocked, HealAcquired or
+-- HealComplete would find it?
+select exists (
+    select 1 from triggers t
+    where t.sched_name = $1 and t.state in ('BLOCKED', 'PAUSED_BLOCKED', 'ACQUIRED', 'COMPLETE')
+      and not exists (select 1 from fired_triggers f
+                      where f.sched_name = t.sched_name
+                        and ((t.state in ('BLOCKED', 'PAUSED_BLOCKED') and f.job_group = t.job_group and f.job_name = t.job_name)
+                          or (t.state in ('ACQUIRED', 'COMPLETE') and f.trigger_group = t.trigger_group and f.trigger_name = t.trigger_name))));

@@ -50,6 +50,9 @@ type Config struct {
 	Now func() time.Time
 	// Wake is notified after triggers were released or rescheduled.
 	Wake *wake.Signal
+	// HealEvery: every how many passes the healing scan runs (see heal). Default 12, a minute at
+	// the default check-in interval.
+	HealEvery int
 	// Member is set to this node's epoch once it has joined, and to 0 when it finds it was
 	// declared failed, so that acquire and the fire queue stop at once.
 	Member *store.Member
@@ -63,6 +66,7 @@ type Recoverer struct {
 	origin    events.Origin
 	epoch     int64 // of this node's membership row; 0 until it joins and after it is fenced
 	firstDone bool  // this membership's first pass (which gives back an earlier run's claims) is done
+	passes    int
 
 	TestSignals TestSignals
 }
@@ -76,6 +80,7 @@ type TestSignals struct {
 func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) *Recoverer {
 	cfg.CheckinInterval = cmp.Or(cfg.CheckinInterval, CheckinIntervalDefault)
 	cfg.MisfireThreshold = cmp.Or(cfg.MisfireThreshold, MisfireThresholdDefault)
+	cfg.HealEvery = cmp.Or(cfg.HealEvery, 12)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -134,6 +139,7 @@ type Result struct {
 	FailedNodes []string // nodes found failed and recovered
 	Released    int      // triggers released: claims of failed nodes, and this node's leftovers
 	Misfired    int      // misfired triggers handled
+	Repairs     []Repair // stuck triggers repaired (a pass every HealEvery)
 }
 
 // RunOnce checks in, recovers failed nodes and handles misfires. A node not yet a member joins
@@ -171,7 +177,11 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	r.cfg.Member.Set(r.epoch)
 	misfired, err := r.handleMisfires(ctx)
 	res.Misfired = misfired
-	if res.Released > 0 || misfired > 0 {
+	if err == nil && r.passes%r.cfg.HealEvery == 0 {
+		res.Repairs, err = r.heal(ctx)
+	}
+	r.passes++
+	if res.Released > 0 || misfired > 0 || len(res.Repairs) > 0 {
 		r.cfg.Wake.Notify()
 	}
 	return res, err

@@ -191,3 +191,58 @@ func TestFencedNodeRejoinsUnderNewEpoch(t *testing.T) {
 		t.Fatalf("the old epoch's claim is %s, want WAITING", got)
 	}
 }
+
+// The healing scan repairs triggers stuck where nothing would move them, with an event each,
+// and leaves alone those with an execution or a live claim.
+func TestHealRepairsStuckTriggers(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	now := time.Now().Truncate(time.Millisecond)
+	set := func(k events.Key, state string) {
+		f.Exec(t, `update triggers set state = $4 where sched_name = $1 and trigger_group = $2 and trigger_name = $3`,
+			f.Namespace(), k.Group, k.Name, state)
+	}
+	fired := func(k, j events.Key, node, state string) {
+		f.Exec(t, `insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name,
+			instance_id, fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
+			values ($1, $2, $3, $4, $5, $6, $7, now(), now(), $8, true, false, 5)`,
+			f.Namespace(), uuid.Must(uuid.NewV7()), k.Group, k.Name, j.Group, j.Name, node, state)
+	}
+	for _, j := range []string{"stuck-nc", "busy-nc", "plain", "once"} {
+		f.Job(t, key(j), j != "plain" && j != "once")
+	}
+	f.Trigger(t, key("blocked"), key("stuck-nc"), testenv.Repeating(time.Minute), now.Add(time.Hour))
+	set(key("blocked"), store.StateBlocked)
+	f.Trigger(t, key("busy"), key("busy-nc"), testenv.Repeating(time.Minute), now.Add(time.Hour))
+	set(key("busy"), store.StateBlocked)
+	fired(key("busy"), key("busy-nc"), "n1", "EXECUTING")
+	f.Trigger(t, key("orphan-claim"), key("plain"), testenv.Repeating(time.Minute), now.Add(time.Hour))
+	set(key("orphan-claim"), store.StateAcquired)
+	fired(key("orphan-claim"), key("plain"), "gone-node", "ACQUIRED")
+	f.Trigger(t, key("done"), key("once"), testenv.OneShot(), now.Add(time.Hour))
+	set(key("done"), store.StateComplete)
+
+	r := recovery.New(recovery.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks},
+		f.Pool, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil))
+	res, err := r.RunOnce(t.Context()) // the first pass heals
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Repairs) != 3 {
+		t.Fatalf("repaired %+v, want the blocked, the orphan claim and the complete trigger", res.Repairs)
+	}
+	for k, want := range map[string]string{"blocked": store.StateWaiting, "busy": store.StateBlocked,
+		"orphan-claim": store.StateWaiting, "done": ""} {
+		if got := f.State(t, key(k)); got != want {
+			t.Errorf("trigger %s is %q, want %q", k, got, want)
+		}
+	}
+	if n := f.Count(t, `select count(*) from job_details where sched_name = $1 and job_name = 'once'`); n != 0 {
+		t.Error("the finished one-shot's job was not deleted")
+	}
+	if n := f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and instance_id = 'gone-node'`); n != 0 {
+		t.Error("the claim of a node that left is still there")
+	}
+	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = $2`, events.TypeTriggerRepaired); n != 3 {
+		t.Errorf("%d TriggerRepaired events, want 3", n)
+	}
+}
