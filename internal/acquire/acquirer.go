@@ -57,6 +57,9 @@ type Config struct {
 	// Member is the node's membership: no pass runs while the node is out of the cluster, and
 	// every claim records its epoch.
 	Member *store.Member
+	// Clock is the node's clock against the database's: no pass runs while its offset is unknown
+	// or just jumped. Now should be its Now.
+	Clock *store.Clock
 }
 
 // Firer fires claims that are already due inside the acquire transaction (fire.Firer).
@@ -140,8 +143,8 @@ type Result struct {
 // transaction in global mode).
 func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
 	var total Result
-	if !a.cfg.Member.Joined() {
-		return total, nil // declared failed: the recoverer rejoins, then passes go on
+	if !a.cfg.Member.Joined() || !a.cfg.Clock.Synced() {
+		return total, nil // declared failed, or the clock is not known: recovery puts it right
 	}
 	n := a.cfg.Locks.Count()
 	start := a.next % n

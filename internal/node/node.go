@@ -128,6 +128,10 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	// One wake signal, made before the steps: every step that changes triggers notifies it, and
 	// the acquire loop waits on it.
 	wakeup := wake.New()
+	// Every step reads the node clock corrected by its offset from the database clock, which
+	// recovery measures at each check-in.
+	clock := store.NewClock(cfg.Now)
+	cfg.Now = clock.Now
 	member := &store.Member{} // set by recovery when the node joins; acquire and fire read it
 	ob := outbox.New(outbox.Config{Namespace: ns, SweepInterval: cfg.SweepInterval, SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
 	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log, Now: cfg.Now})
@@ -135,7 +139,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		Logger: log, Now: cfg.Now, Wake: wakeup, Member: member}, ob, firer)
 	acq := acquire.New(acquire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Batch: cfg.Batch,
 		FireAhead: cfg.FireAhead, PollInterval: cfg.PollInterval, MisfireThreshold: cfg.MisfireThreshold,
-		Logger: log, Now: cfg.Now, Wake: wakeup, Member: member}, ob, firer, queue)
+		Logger: log, Now: cfg.Now, Wake: wakeup, Member: member, Clock: clock}, ob, firer, queue)
 	commands, err := command.New(command.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, JobTypes: cfg.JobTypes,
 		MaxBodyBytes: cfg.MaxCommandBytes, Logger: log, Now: cfg.Now, Wake: wakeup}, pool, ob)
 	if err != nil {
@@ -145,7 +149,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		Wake: wakeup}, ob, js)
 	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks,
 		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
-		Wake: wakeup, Member: member}, pool, ob)
+		Wake: wakeup, Member: member, Clock: clock}, pool, ob)
 
 	if ts := cfg.TestSignals; ts != nil {
 		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete

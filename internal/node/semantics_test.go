@@ -183,3 +183,37 @@ func TestAllTriggerKindsAreAccepted(t *testing.T) {
 		}
 	}
 }
+
+// Quartz needs every node's clock to agree: a node whose clock runs ahead fires early. Agate
+// measures each node's offset from the database clock at check-in and fires by the database
+// clock, so a node 5 s ahead still fires on time, not 5 s early.
+func TestNodeWithClockAheadFiresOnTime(t *testing.T) {
+	e := newEnv(t)
+	signals := &node.TestSignals{}
+	signals.Recovery.Pass.Init()
+	const ahead = 5 * time.Second
+	e.startNode("n1", func(c *node.Config) {
+		c.Now = func() time.Time { return time.Now().Add(ahead) }
+		c.TestSignals = signals
+	})
+	e.startWorker("w1", nil, nil)
+	if res := signals.Recovery.Pass.Wait(t); res.ClockOffset > -ahead+time.Second || res.ClockOffset < -ahead-time.Second {
+		t.Fatalf("measured offset %s, want about %s", res.ClockOffset, -ahead)
+	}
+	at := time.Now().Add(2 * time.Second)
+	if out := e.request("schedule_job", map[string]any{"id": "on-time", "job": job("g", "j", "noop", nil, nil),
+		"triggers": []any{oneShot("g", "t", at)}}); !out.OK {
+		t.Fatalf("schedule_job: %+v", out.Error)
+	}
+	e.waitCount(20*time.Second, "the completion", 1, `select count(*) from events where sched_name = $1 and type = $2`,
+		e.ns, events.TypeJobCompleted)
+	var started time.Time
+	if err := e.pool.QueryRow(t.Context(), `select (data->>'startedTime')::timestamptz from events where sched_name = $1 and type = $2`,
+		e.ns, events.TypeJobCompleted).Scan(&started); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's clock is the real one: the job must not start before its time.
+	if early := at.Sub(started); early > 50*time.Millisecond {
+		t.Fatalf("the job started %s before its time", early)
+	}
+}

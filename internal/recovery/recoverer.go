@@ -53,6 +53,8 @@ type Config struct {
 	// HealEvery: every how many passes the healing scan runs (see heal). Default 12, a minute at
 	// the default check-in interval.
 	HealEvery int
+	// Clock is measured against the database clock at each check-in (Now should be its Now).
+	Clock *store.Clock
 	// Member is set to this node's epoch once it has joined, and to 0 when it finds it was
 	// declared failed, so that acquire and the fire queue stop at once.
 	Member *store.Member
@@ -67,6 +69,7 @@ type Recoverer struct {
 	epoch     int64 // of this node's membership row; 0 until it joins and after it is fenced
 	firstDone bool  // this membership's first pass (which gives back an earlier run's claims) is done
 	passes    int
+	clockNote string // what was last logged about the clock, to log changes only
 
 	TestSignals TestSignals
 }
@@ -135,11 +138,12 @@ func (r *Recoverer) Run(ctx context.Context) error {
 
 // Result says what one pass did.
 type Result struct {
-	Fenced      bool     // the node found it had been declared failed, and rejoined
-	FailedNodes []string // nodes found failed and recovered
-	Released    int      // triggers released: claims of failed nodes, and this node's leftovers
-	Misfired    int      // misfired triggers handled
-	Repairs     []Repair // stuck triggers repaired (a pass every HealEvery)
+	Fenced      bool          // the node found it had been declared failed, and rejoined
+	FailedNodes []string      // nodes found failed and recovered
+	Released    int           // triggers released: claims of failed nodes, and this node's leftovers
+	Misfired    int           // misfired triggers handled
+	Repairs     []Repair      // stuck triggers repaired (a pass every HealEvery)
+	ClockOffset time.Duration // this node's clock offset from the database's (database − node)
 }
 
 // RunOnce checks in, recovers failed nodes and handles misfires. A node not yet a member joins
@@ -148,6 +152,7 @@ type Result struct {
 // a cut-off longer than the grace): it stops claiming at once, and rejoins.
 func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
+	res.ClockOffset = r.measureClock(ctx)
 	if r.epoch != 0 {
 		tag, err := r.pool.Exec(ctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID,
 			r.cfg.CheckinInterval.Milliseconds(), r.epoch)
@@ -185,6 +190,35 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 		r.cfg.Wake.Notify()
 	}
 	return res, err
+}
+
+// measureClock measures this node's clock against the database's and says so when what it
+// finds changes: a node whose offset cannot be measured, or jumps, claims nothing meanwhile.
+func (r *Recoverer) measureClock(ctx context.Context) time.Duration {
+	if r.cfg.Clock == nil {
+		return 0
+	}
+	m, err := r.cfg.Clock.Measure(ctx, r.pool)
+	note, level, msg := "", slog.LevelInfo, ""
+	switch {
+	case err != nil:
+		note, level, msg = "unmeasured", slog.LevelWarn, "cannot measure this node's clock against the database's; not claiming until it can"
+	case m.Jumped:
+		note, level, msg = "jumped", slog.LevelWarn, "this node's clock jumped; not claiming until the next check-in confirms the new offset"
+	case m.Offset > store.ClockWarnOffset || m.Offset < -store.ClockWarnOffset:
+		note, msg = "off "+m.Offset.Round(100*time.Millisecond).String(), "this node's clock is off the database's; fire times follow the database clock"
+	case r.clockNote != "":
+		note, msg = "", "this node's clock agrees with the database's again"
+	}
+	if note != r.clockNote {
+		r.clockNote = note
+		attrs := []any{slog.Duration("offset", m.Offset.Round(time.Millisecond)), slog.Duration("uncertainty", m.Uncertainty.Round(time.Millisecond))}
+		if err != nil {
+			attrs = append(attrs, slog.Any("error", err))
+		}
+		r.cfg.Logger.Log(ctx, level, msg, attrs...)
+	}
+	return m.Offset
 }
 
 // recoverFailed releases the claims of failed nodes (and, on the first pass, this instance's
