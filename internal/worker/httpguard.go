@@ -234,8 +234,14 @@ const maxRedirects = 10
 // connection's address checked by the guard. extra, if not nil, runs after the guard's check (tests
 // use it to make sure nothing but loopback is ever dialed).
 func newGuardedClient(allow HTTPAllowList, extra func(network, address string, c syscall.RawConn) error) *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil
+	// http.DefaultTransport's settings, without its Proxy.
+	t := &http.Transport{
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+	}
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
