@@ -42,6 +42,7 @@ type options struct {
 	ackWait, jobTimeout        time.Duration
 	drainTimeout               time.Duration
 	logLevel                   string
+	httpAllow                  worker.HTTPAllowList
 }
 
 func newCommand() *cobra.Command {
@@ -90,6 +91,8 @@ SIGINT or SIGTERM stops fetching and lets running jobs finish (up to --drain-tim
 	bind("drain-timeout", "AGATE_DRAIN_TIMEOUT")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	bind("log-level", "AGATE_LOG_LEVEL")
+	f.Var(&o.httpAllow, "http-allow", "destinations http jobs may reach although refused by default (loopback, link-local, cloud metadata, unspecified): comma-separated CIDRs, IP addresses and host names (a name is allowed whatever it resolves to)")
+	bind("http-allow", "AGATE_HTTP_ALLOW")
 	cli.Setup(cmd, "worker")
 	return cmd
 }
@@ -148,7 +151,7 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 	}
 
 	reg := worker.NewRegistry()
-	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
+	worker.RegisterBuiltins(reg, worker.BuiltinOptions{HTTPAllow: o.httpAllow})
 	w, err := worker.New(worker.Config{
 		Namespace:      o.namespace,
 		InstanceID:     o.instanceID,

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/agatesched/agate/internal/cli"
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/worker"
 )
 
 func TestMain(m *testing.M) {
@@ -108,16 +111,24 @@ func TestFlagWinsOverEnv(t *testing.T) {
 	}
 }
 
-// TestWorkerRunsAJob wires the worker as main does, runs a noop job through it and stops it.
+// TestWorkerRunsAJob wires the worker as main does, runs a noop job and an http job (to a
+// loopback server, which --http-allow must allow) through it and stops it.
 func TestWorkerRunsAJob(t *testing.T) {
 	url, ns := testenv.NATS(t), testenv.Namespace(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer srv.Close()
+	cmd := newCommand()
+	if err := cmd.ParseFlags([]string{"--http-allow", "127.0.0.1/32"}); err != nil {
+		t.Fatal(err)
+	}
+	allow := *cmd.Flags().Lookup("http-allow").Value.(*worker.HTTPAllowList)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- runWorker(ctx, options{
 			natsURL: url, namespace: ns, instanceID: "cmd-test", concurrency: 2, maxDeliver: 2,
-			ackWait: 2 * time.Second, jobTimeout: time.Minute, drainTimeout: 5 * time.Second,
+			ackWait: 2 * time.Second, jobTimeout: time.Minute, drainTimeout: 5 * time.Second, httpAllow: allow,
 		}, slog.New(slog.DiscardHandler))
 	}()
 
@@ -133,32 +144,34 @@ func TestWorkerRunsAJob(t *testing.T) {
 	if err := events.EnsureStreams(ctx, js, ns); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := nc.SubscribeSync(events.Subjects(ns).Done("noop"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := events.JobFired{FireID: uuid.Must(uuid.NewV7()), Job: events.JobRef{Group: "g", Name: "n", Type: "noop"},
-		Data: json.RawMessage(`{}`), ScheduledTime: time.Now().UTC()}
-	ev, err := events.New(events.TypeJobFired, events.Source(ns, "test"), events.AggregateJob, "g.n",
-		events.Subjects(ns).Fired("noop"), time.Now(), f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := events.Message(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.PublishMsg(ctx, msg); err != nil {
-		t.Fatal(err)
-	}
-	m, err := sub.NextMsg(20 * time.Second)
-	if err != nil {
-		t.Fatalf("no outcome: %v", err)
-	}
-	var res events.JobResult
-	envl, err := events.Decode(m.Data, &res)
-	if err != nil || envl.Type != events.TypeJobCompleted || res.FireID != f.FireID || res.Worker != "cmd-test" {
-		t.Fatalf("outcome %s %+v (%v); want JobCompleted of fire %s by cmd-test", envl.Type, res, err, f.FireID)
+	for typ, data := range map[string]string{"noop": `{}`, "http": `{"url":"` + srv.URL + `/"}`} {
+		sub, err := nc.SubscribeSync(events.Subjects(ns).Done(typ))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := events.JobFired{FireID: uuid.Must(uuid.NewV7()), Job: events.JobRef{Group: "g", Name: "n", Type: typ},
+			Data: json.RawMessage(data), ScheduledTime: time.Now().UTC()}
+		ev, err := events.New(events.TypeJobFired, events.Source(ns, "test"), events.AggregateJob, "g.n",
+			events.Subjects(ns).Fired(typ), time.Now(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := events.Message(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		m, err := sub.NextMsg(20 * time.Second)
+		if err != nil {
+			t.Fatalf("%s: no outcome: %v", typ, err)
+		}
+		var res events.JobResult
+		envl, err := events.Decode(m.Data, &res)
+		if err != nil || envl.Type != events.TypeJobCompleted || res.FireID != f.FireID || res.Worker != "cmd-test" {
+			t.Fatalf("%s: outcome %s %+v (%v, error %+v); want JobCompleted of fire %s by cmd-test", typ, envl.Type, res, err, res.Error, f.FireID)
+		}
 	}
 
 	cancel()
@@ -169,6 +182,40 @@ func TestWorkerRunsAJob(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("runWorker did not stop")
+	}
+}
+
+// TestHTTPAllowFlag: --http-allow and AGATE_HTTP_ALLOW are read, and an invalid entry stops the
+// command with an error naming the flag or the variable.
+func TestHTTPAllowFlag(t *testing.T) {
+	cmd := newCommand()
+	if err := cmd.ParseFlags([]string{"--http-allow", "127.0.0.1/32, localhost", "--http-allow", "::1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cmd.Flags().Lookup("http-allow").Value.String(); got != "127.0.0.1/32,::1/128,localhost" {
+		t.Errorf("--http-allow = %q", got)
+	}
+
+	t.Setenv("AGATE_HTTP_ALLOW", "169.254.169.254/32,metadata.internal")
+	cmd = newCommand()
+	if err := cmd.ParseFlags(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.ApplyEnv(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	if got := cmd.Flags().Lookup("http-allow").Value.String(); got != "169.254.169.254/32,metadata.internal" {
+		t.Errorf("--http-allow from AGATE_HTTP_ALLOW = %q", got)
+	}
+
+	if err := newCommand().ParseFlags([]string{"--http-allow", "127.0.0.1:8080"}); err == nil ||
+		!strings.Contains(err.Error(), "--http-allow") || !strings.Contains(err.Error(), "without scheme, port or path") {
+		t.Errorf("--http-allow 127.0.0.1:8080: error %v, want one naming the flag and the problem", err)
+	}
+	t.Setenv("AGATE_HTTP_ALLOW", "10.0.0.0/33")
+	if err := cli.ApplyEnv(newCommand().Flags()); err == nil || !strings.Contains(err.Error(), "AGATE_HTTP_ALLOW") ||
+		!strings.Contains(err.Error(), "not a CIDR") {
+		t.Errorf("AGATE_HTTP_ALLOW=10.0.0.0/33: error %v, want one naming the variable and the problem", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -19,10 +20,19 @@ import (
 // BuiltinOptions configures the built-in job types. The zero value is usable.
 type BuiltinOptions struct {
 	// HTTPClient sends the requests of http jobs. Default: a client with no overall timeout (the
-	// job's timeout and data.timeout bound each request) that follows at most 10 redirects.
+	// job's timeout and data.timeout bound each request) that follows at most 10 redirects, uses
+	// no proxy and refuses to connect to loopback, link-local, cloud metadata and unspecified
+	// addresses unless HTTPAllow allows them (httpguard.go). A client given here is used as is:
+	// neither that guard nor HTTPAllow applies to it.
 	HTTPClient *http.Client
+	// HTTPAllow lists the destinations, refused by default, that http jobs may reach anyway
+	// (cmd/worker's --http-allow). Private ranges such as 10.0.0.0/8 need no entry.
+	HTTPAllow HTTPAllowList
 	// MaxResponseBytes bounds how much of an http job's response body is read. Default 64 KiB.
 	MaxResponseBytes int64
+
+	// dialControl, if set, runs after the guard on every connection of the default client (tests).
+	dialControl func(network, address string, c syscall.RawConn) error
 }
 
 // Built-in job type names.
@@ -38,7 +48,7 @@ const (
 // allow-list.
 func RegisterBuiltins(r *Registry, opts BuiltinOptions) {
 	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{}
+		opts.HTTPClient = newGuardedClient(opts.HTTPAllow, opts.dialControl)
 	}
 	if opts.MaxResponseBytes <= 0 {
 		opts.MaxResponseBytes = 64 << 10
@@ -157,10 +167,19 @@ func (h httpJob) run(ctx context.Context, job Job) error {
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
-		// url.Error repeats the full URL (with its query); report ours instead.
+		// url.Error repeats the full URL (with its query); report ours instead, and the URL of
+		// the redirect that failed, if one did, redacted as ours.
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
+			if r := redactURLString(ue.URL); r != redactURL(u) {
+				where += " (redirected to " + r + ")"
+			}
+		}
+		// A refused destination stays refused: tell the operator how to allow it, once.
+		var refused *DestinationRefusedError
+		if errors.As(err, &refused) {
+			return Permanent(fmt.Errorf("http %s: %w", where, refused))
 		}
 		return fmt.Errorf("http %s: %w", where, err)
 	}

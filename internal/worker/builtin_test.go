@@ -74,7 +74,7 @@ type httpServer struct {
 
 func TestHTTPJob(t *testing.T) {
 	srv := newHTTPServer(t)
-	h := builtin(t, worker.TypeHTTP)
+	h := httpHandler(t, "127.0.0.1/32") // httptest listens on loopback, refused by default
 	ctx := context.Background()
 
 	err := h(ctx, job("http", `{"method":"post","url":"`+srv.URL+`/ok?token=s3cret","headers":{"Authorization":"Bearer abc"},"body":"hello","timeout":"5s"}`, nil))

@@ -518,7 +518,8 @@ func TestHTTPJobThroughWorker(t *testing.T) {
 	e := newEnv(t)
 	srv := newHTTPServer(t)
 	reg := worker.NewRegistry()
-	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
+	// The server listens on loopback, which http jobs may reach only when allowed.
+	worker.RegisterBuiltins(reg, guardedOptions(t, "127.0.0.1/32"))
 	cfg := e.testConfig("w1")
 	cfg.MaxDeliver = 1
 	e.startWorker(e.js, cfg, reg)
@@ -526,8 +527,9 @@ func TestHTTPJobThroughWorker(t *testing.T) {
 
 	ok := e.fire(worker.TypeHTTP, `{"url":"`+srv.URL+`/ok"}`, "")
 	failed := e.fire(worker.TypeHTTP, `{"url":"`+srv.URL+`/fail"}`, "")
+	refused := e.fire(worker.TypeHTTP, `{"url":"http://169.254.169.254/latest/meta-data/"}`, "")
 	seen := map[uuid.UUID]outcome{}
-	for range 2 {
+	for range 3 {
 		o := next(t, outcomes)
 		seen[o.res.FireID] = o
 	}
@@ -537,6 +539,12 @@ func TestHTTPJobThroughWorker(t *testing.T) {
 	if o := seen[failed.FireID]; o.typ != events.TypeJobFailed || o.res.Error == nil ||
 		!strings.Contains(o.res.Error.Message, "500") || !o.res.Error.Final {
 		t.Errorf("GET /fail: outcome %s error %+v, want final JobFailed naming status 500", o.typ, o.res.Error)
+	}
+	// A refused destination is not retryable, and the message says how to allow it.
+	if o := seen[refused.FireID]; o.typ != events.TypeJobFailed || o.res.Error == nil || o.res.Error.Retryable ||
+		!strings.Contains(o.res.Error.Message, "169.254.169.254 is a cloud metadata address") ||
+		!strings.Contains(o.res.Error.Message, "--http-allow") {
+		t.Errorf("GET 169.254.169.254: outcome %s %+v error %+v, want a JobFailed, not retryable, saying how to allow it", o.typ, o.res, o.res.Error)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,7 +111,11 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopTail()
 
 	reg := worker.NewRegistry()
-	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
+	// A dev cluster runs on a developer's machine, where http jobs call local services (an app on
+	// localhost:8080): loopback is allowed here, which cmd/worker does only with --http-allow.
+	// Link-local and cloud metadata addresses stay refused.
+	loopback := worker.HTTPAllowList{Prefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+	worker.RegisterBuiltins(reg, worker.BuiltinOptions{HTTPAllow: loopback})
 	workerID := cfg.Node.InstanceID + "-worker"
 	w, err := worker.New(worker.Config{Namespace: cfg.Node.Namespace, InstanceID: workerID, Logger: log}, js, reg)
 	if err != nil {
