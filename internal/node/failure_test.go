@@ -90,6 +90,37 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired); n <= firedDuringOutage {
 		t.Errorf("no fires were committed while NATS was down (%d before, %d after)", firedDuringOutage, n)
 	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// Say where each unfinished fire got to: the log, the FIRED stream, a worker.
+		rows, err := e.pool.Query(context.Background(), `select f.data->>'fireId', f.seq, f.xid::text, f.time
+			from events f where f.sched_name = $1 and f.type = $2 and not exists (select 1 from events c
+			where c.sched_name = f.sched_name and c.type = $3 and c.data->>'fireId' = f.data->>'fireId')`,
+			e.ns, events.TypeJobFired, events.TypeJobCompleted)
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, xid string
+			var seq int64
+			var at time.Time
+			_ = rows.Scan(&id, &seq, &xid, &at)
+			t.Logf("unfinished fire %s: log seq %d xid %s time %s", id, seq, xid, at.Format(time.StampMicro))
+		}
+		var cursorXID string
+		var cursorSeq int64
+		_ = e.pool.QueryRow(context.Background(), `select last_xid::text, last_seq from outbox_cursor where sched_name = $1`, e.ns).Scan(&cursorXID, &cursorSeq)
+		t.Logf("outbox cursor: xid %s seq %d", cursorXID, cursorSeq)
+		if s, err := e.js.Stream(context.Background(), events.StreamFired(e.ns)); err == nil {
+			if info, err := s.Info(context.Background()); err == nil {
+				t.Logf("FIRED stream: %d messages", info.State.Msgs)
+			}
+		}
+	})
 	e.waitCount(60*time.Second, "fires completed", 800,
 		`select count(distinct data->>'fireId') from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted)
 	if n := e.count(`select count(*) from (select 1 from events where sched_name = $1 and type = $2

@@ -46,8 +46,12 @@ type Config struct {
 	JobTypes         []string
 	MaxCommandBytes  int
 	Logger           *slog.Logger
-	// Now is the node clock (fire times, misfires); tests inject one. Default time.Now.
+	// Now is the node clock (fire times, misfires); tests inject one. Default time.Now. The node
+	// corrects it by its offset from the database clock, measured at each check-in.
 	Now func() time.Time
+	// KeepClock fires by Now as it is, uncorrected: for tests that simulate another date.
+	// Production nodes always fire by the database clock.
+	KeepClock bool
 	// TestSignals, when a test set them (and initialised the ones it waits on), tell it what the
 	// node's loops did.
 	TestSignals *TestSignals
@@ -130,8 +134,11 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	wakeup := wake.New()
 	// Every step reads the node clock corrected by its offset from the database clock, which
 	// recovery measures at each check-in.
-	clock := store.NewClock(cfg.Now)
-	cfg.Now = clock.Now
+	var clock *store.Clock // nil: Now as it is
+	if !cfg.KeepClock {
+		clock = store.NewClock(cfg.Now)
+		cfg.Now = clock.Now
+	}
 	member := &store.Member{} // set by recovery when the node joins; acquire and fire read it
 	ob := outbox.New(outbox.Config{Namespace: ns, SweepInterval: cfg.SweepInterval, SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
 	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log, Now: cfg.Now})

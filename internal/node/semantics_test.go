@@ -63,7 +63,7 @@ func TestCronFiresAcrossDSTChange(t *testing.T) {
 	fake := time.Date(2026, 3, 8, 6, 59, 57, 0, time.UTC)
 	offset := time.Until(fake)
 	clock := func() time.Time { return time.Now().Add(offset) }
-	e.startNode("n1", func(c *node.Config) { c.Now = clock })
+	e.startNode("n1", func(c *node.Config) { c.Now, c.KeepClock = clock, true }) // a simulated date
 	e.startWorker("w1", nil, nil)
 	const expr = "0-3 * 2,3 * * ?" // seconds 0-3 of every minute of 02:xx and 03:xx local
 	if out := e.request("schedule_job", map[string]any{"id": "dst", "job": job("g", "dst", "noop", nil, nil),
