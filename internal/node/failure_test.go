@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -90,11 +91,9 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFired); n <= firedDuringOutage {
 		t.Errorf("no fires were committed while NATS was down (%d before, %d after)", firedDuringOutage, n)
 	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
+	diag := func() {
 		// Say where each unfinished fire got to: the log, the FIRED stream, a worker.
+		var unfinished []string
 		rows, err := e.pool.Query(context.Background(), `select f.data->>'fireId', f.seq, f.xid::text, f.time
 			from events f where f.sched_name = $1 and f.type = $2 and not exists (select 1 from events c
 			where c.sched_name = f.sched_name and c.type = $3 and c.data->>'fireId' = f.data->>'fireId')`,
@@ -109,18 +108,61 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 			var seq int64
 			var at time.Time
 			_ = rows.Scan(&id, &seq, &xid, &at)
+			unfinished = append(unfinished, id)
 			t.Logf("unfinished fire %s: log seq %d xid %s time %s", id, seq, xid, at.Format(time.StampMicro))
 		}
 		var cursorXID string
 		var cursorSeq int64
 		_ = e.pool.QueryRow(context.Background(), `select last_xid::text, last_seq from outbox_cursor where sched_name = $1`, e.ns).Scan(&cursorXID, &cursorSeq)
 		t.Logf("outbox cursor: xid %s seq %d", cursorXID, cursorSeq)
-		if s, err := e.js.Stream(context.Background(), events.StreamFired(e.ns)); err == nil {
-			if info, err := s.Info(context.Background()); err == nil {
-				t.Logf("FIRED stream: %d messages", info.State.Msgs)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := e.js.Stream(ctx, events.StreamFired(e.ns))
+		if err != nil {
+			t.Logf("FIRED stream: %v", err)
+			return
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Logf("FIRED stream: %v", err)
+			return
+		}
+		t.Logf("FIRED stream: %d messages, first seq %d, last seq %d", info.State.Msgs, info.State.FirstSeq, info.State.LastSeq)
+		for _, name := range []string{"worker-noop"} {
+			if c, err := s.Consumer(ctx, name); err == nil {
+				if ci, err := c.Info(ctx); err == nil {
+					t.Logf("consumer %s: delivered %d, ack floor %d, pending %d, ack pending %d, redelivered %d",
+						name, ci.Delivered.Stream, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending, ci.NumRedelivered)
+				}
 			}
 		}
-	})
+		oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Logf("reading FIRED: %v", err)
+			return
+		}
+		batch, err := oc.Fetch(int(info.State.Msgs), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Logf("reading FIRED: %v", err)
+			return
+		}
+		for m := range batch.Messages() {
+			md, _ := m.Metadata()
+			for _, id := range unfinished {
+				if bytes.Contains(m.Data(), []byte(id)) {
+					t.Logf("unfinished fire %s is in FIRED at stream seq %d (delivered %d times)", id, md.Sequence.Stream, md.NumDelivered)
+				}
+			}
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for e.count(`select count(distinct data->>'fireId') from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) < 800 {
+		if time.Now().After(deadline) {
+			diag()
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
 	e.waitCount(60*time.Second, "fires completed", 800,
 		`select count(distinct data->>'fireId') from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted)
 	if n := e.count(`select count(*) from (select 1 from events where sched_name = $1 and type = $2
