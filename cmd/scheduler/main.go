@@ -1,5 +1,6 @@
-// Command scheduler runs an Agate scheduler node (run), applies migrations (migrate), or starts
-// an all-in-one development cluster (dev). Configuration comes from flags and environment
+// Command scheduler runs an Agate scheduler node (run), applies migrations (migrate), starts
+// an all-in-one development cluster (dev), or prints the NATS users and permissions of a
+// namespace (nats-config). Configuration comes from flags and environment
 // variables only; a flag wins over its variable.
 package main
 
@@ -18,6 +19,7 @@ import (
 	"github.com/agatesched/agate/internal/devenv/devcluster"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/natsconn"
+	"github.com/agatesched/agate/internal/natsperm"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/telemetry"
@@ -61,6 +63,7 @@ Commands:
   run      run a node (the default)
   migrate  apply database migrations and exit
   dev      all-in-one development cluster: embedded NATS, local PostgreSQL, a node, a worker
+  nats-config  print the NATS account, users and permissions of one or more namespaces
 
 Every flag can also be set by the environment variable named in its help; the flag wins.
 OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no export).`,
@@ -98,7 +101,7 @@ OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no e
 	migrateCmd.Flags().StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL; required")
 	cli.BindEnv(migrateCmd.Flags(), "database-url", "DATABASE_URL")
 
-	root.AddCommand(runCmd, migrateCmd, devCommand())
+	root.AddCommand(runCmd, migrateCmd, devCommand(), natsConfigCommand())
 	// "scheduler" alone runs a node, as "scheduler run" does.
 	root.RunE = runCmd.RunE
 	root.Flags().AddFlagSet(runCmd.Flags())
@@ -132,6 +135,35 @@ cleanly (exit status 0); running it again picks up where it left off.`,
 	cli.BindEnv(f, "nats-port", "AGATE_DEV_NATS_PORT")
 	f.StringVar(&o.databaseURL, "database-url", "", "use this PostgreSQL database instead of starting one in <data-dir>/postgres")
 	cli.BindEnv(f, "database-url", "DATABASE_URL")
+	return cmd
+}
+
+func natsConfigCommand() *cobra.Command {
+	var namespaces []string
+	cmd := &cobra.Command{
+		Use:   "nats-config",
+		Short: "Print the NATS account, users and permissions of one or more namespaces",
+		Long: `Prints the accounts block of a nats-server configuration: one JetStream account, AGATE, and
+per namespace a scheduler, a worker and a producer user, each allowed only what its role needs
+(docs/contract.md, "NATS permissions"). Passwords are read by nats-server from the environment
+variables the block names (NATS_SCHEDULER_PASSWORD, ...). Add the server settings (ports,
+JetStream storage, cluster, TLS) around it, as deploy/nats/nats.conf does for "default".
+
+--namespace may be repeated; every namespace after a first one needs its own user prefix,
+given as <ns>:<prefix> (users <prefix>scheduler, ..., variables NATS_<PREFIX>SCHEDULER_PASSWORD, ...).`,
+		Example: `  scheduler nats-config --namespace default
+  scheduler nats-config --namespace default --namespace billing:billing-`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			conf, err := natsperm.ConfigFromArgs(namespaces)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), conf)
+			return err
+		},
+	}
+	cmd.Flags().StringArrayVar(&namespaces, "namespace", []string{"default"}, "namespace, or <ns>:<user prefix>; repeat for several")
 	return cmd
 }
 

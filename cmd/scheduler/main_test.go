@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/natsperm"
 )
 
 func TestMain(m *testing.M) {
@@ -208,5 +209,37 @@ func TestRunWaitsForPostgresAndNATS(t *testing.T) {
 		if n := strings.Count(r.log.String(), once); n != 1 {
 			t.Errorf("%q logged %d times, want once:\n%s", once, n, r.log.String())
 		}
+	}
+}
+
+func TestNATSConfigPrintsTheGeneratedBlock(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []natsperm.Namespace
+	}{
+		{[]string{"nats-config"}, []natsperm.Namespace{{Name: "default"}}},
+		{[]string{"nats-config", "--namespace", "default", "--namespace", "billing:billing-"},
+			[]natsperm.Namespace{{Name: "default"}, {Name: "billing", UserPrefix: "billing-"}}},
+	} {
+		var out bytes.Buffer
+		root := rootCommand()
+		root.SetOut(&out)
+		root.SetArgs(tc.args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		want, err := natsperm.Config(tc.want...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != want {
+			t.Errorf("%v printed:\n%s\nwant:\n%s", tc.args, out.String(), want)
+		}
+	}
+	root := rootCommand()
+	root.SetOut(&bytes.Buffer{})
+	root.SetArgs([]string{"nats-config", "--namespace", "a.b"})
+	if err := root.Execute(); err == nil {
+		t.Error("nats-config accepted namespace a.b")
 	}
 }

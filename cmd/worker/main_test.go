@@ -34,9 +34,10 @@ func TestMain(m *testing.M) {
 
 // TestSignalStopsTheWorker runs the command as a process and stops it with SIGTERM.
 func TestSignalStopsTheWorker(t *testing.T) {
+	url, ns := testenv.NATS(t), testenv.Namespace(t)
+	ensureStreams(t, url, ns)
 	cmd := exec.Command(os.Args[0], "--instance-id", "signal-test", "--log-level", "debug")
-	cmd.Env = append(os.Environ(), "AGATE_WORKER_RUN_MAIN=1", "NATS_URL="+testenv.NATS(t),
-		"AGATE_NAMESPACE="+testenv.Namespace(t))
+	cmd.Env = append(os.Environ(), "AGATE_WORKER_RUN_MAIN=1", "NATS_URL="+url, "AGATE_NAMESPACE="+ns)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +81,26 @@ func TestSignalStopsTheWorker(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "worker stopped") {
 		t.Errorf("no \"worker stopped\" line in the log:\n%s", log.String())
+	}
+}
+
+// ensureStreams creates the namespace's streams, as a scheduler node does at start: a worker
+// only looks them up, and waits until they exist.
+func ensureStreams(t *testing.T, url, ns string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := events.EnsureStreams(ctx, js, ns); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/telemetry"
 )
 
@@ -152,7 +153,8 @@ func New(cfg Config, js jetstream.JetStream, reg *Registry) (*Worker, error) {
 // ConsumerName is the durable consumer every worker shares for a job type.
 func ConsumerName(jobType string) string { return "worker-" + jobType }
 
-// Run ensures the streams and consumers exist, then runs jobs until ctx is cancelled. It then
+// Run waits for the FIRED and DONE streams (a scheduler creates them; a worker only looks them
+// up), creates or updates its durable consumers, then runs jobs until ctx is cancelled. It then
 // stops fetching, waits up to DrainTimeout for running jobs (their completions are still
 // published and acked), cancels the rest and returns nil. It returns an error when the setup
 // fails or the NATS connection is closed under it. Call it once.
@@ -165,8 +167,9 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) serve(ctx context.Context) error {
-	if err := events.EnsureStreams(ctx, w.js, w.cfg.Namespace); err != nil {
-		return fmt.Errorf("worker: %w", err)
+	stream, err := w.awaitStreams(ctx)
+	if err != nil {
+		return err
 	}
 	types := w.reg.Types()
 	consumers := make(map[string]jetstream.Consumer, len(types))
@@ -185,10 +188,6 @@ func (w *Worker) serve(ctx context.Context) error {
 				ConsumerName(typ), events.StreamFired(w.cfg.Namespace), err)
 		}
 		consumers[typ] = c
-	}
-	stream, err := w.js.Stream(ctx, events.StreamFired(w.cfg.Namespace))
-	if err != nil {
-		return fmt.Errorf("worker: opening stream %s: %w", events.StreamFired(w.cfg.Namespace), err)
 	}
 	dlSub, dlMsgs, err := w.subscribeDeadLetters()
 	if err != nil {
@@ -311,5 +310,56 @@ func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Co
 			return nil
 		}
 		errDelay = min(2*errDelay, 5*time.Second)
+	}
+}
+
+// streamsRetry bounds the wait between two looks for the streams.
+const streamsRetry = 5 * time.Second
+
+// awaitStreams looks the FIRED and DONE streams of the namespace up until both exist and returns
+// FIRED. Workers may not create streams (docs/contract.md, "NATS permissions"): until a scheduler
+// node of the namespace has started, the worker says so once in the log and waits. Other errors
+// end the wait, except JetStream not answering yet (no responders, a timeout: a cluster still
+// electing its leaders), which is waited out the same way.
+func (w *Worker) awaitStreams(ctx context.Context) (jetstream.Stream, error) {
+	ns := w.cfg.Namespace
+	said := map[string]bool{} // what the log said the worker waits for: each once
+	for attempt := 1; ; attempt++ {
+		name := events.StreamFired(ns)
+		fired, err := w.js.Stream(ctx, name)
+		if err == nil {
+			name = events.StreamDone(ns)
+			_, err = w.js.Stream(ctx, name)
+		}
+		if err == nil {
+			if len(said) > 0 {
+				w.log.InfoContext(ctx, "the streams of the namespace exist; starting", "namespace", ns)
+			}
+			return fired, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var msg string
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			msg = "waiting for a scheduler to create the streams of namespace " + ns
+		case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders),
+			errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			msg = "JetStream is not answering yet; waiting for it"
+		default:
+			return nil, fmt.Errorf("worker: looking up stream %s: %w", name, err)
+		}
+		if !said[msg] {
+			w.log.WarnContext(ctx, msg, "namespace", ns, "stream", name, "error", err)
+			said[msg] = true
+		}
+		t := time.NewTimer(retry.Delay(attempt, 100*time.Millisecond, streamsRetry))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
 	}
 }

@@ -708,3 +708,75 @@ func TestRunWithCancelledContextReturnsNil(t *testing.T) {
 		t.Errorf("Run with a cancelled context = %v, want nil", err)
 	}
 }
+
+// logBuffer keeps what a worker logs, for tests that look for a line.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A worker started before any scheduler does not create the streams: it says once that it waits
+// for them, looks again with back-off, and starts when a scheduler has created them.
+func TestWaitsForASchedulerToCreateTheStreams(t *testing.T) {
+	e := &env{t: t, url: testenv.NATS(t), ns: testenv.Namespace(t)}
+	e.nc, e.js = connect(t, e.url)
+	logs := &logBuffer{}
+	cfg := e.testConfig("w1")
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	reg := worker.NewRegistry()
+	reg.Register("echo", func(context.Context, worker.Job) error { return nil })
+	w, err := worker.New(cfg, e.js, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	const waiting = "waiting for a scheduler to create the streams of namespace "
+	deadline := time.Now().Add(waitFor)
+	for !strings.Contains(logs.String(), waiting+e.ns) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker never said it waits for the streams; it logged:\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // several more looks, with back-off
+	for _, name := range []string{events.StreamFired(e.ns), events.StreamDone(e.ns), events.StreamCommands(e.ns)} {
+		if _, err := e.js.Stream(context.Background(), name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Errorf("stream %s: %v; want it not created by the worker", name, err)
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned while waiting for the streams: %v", err)
+	default:
+	}
+
+	ensureCtx, cancelEnsure := context.WithTimeout(context.Background(), waitFor)
+	defer cancelEnsure()
+	if err := events.EnsureStreams(ensureCtx, e.js, e.ns); err != nil { // what a scheduler does at start
+		t.Fatal(err)
+	}
+	outcomes := e.watchDone()
+	e.fire("echo", `{}`, "")
+	if o := next(t, outcomes); o.typ != events.TypeJobCompleted {
+		t.Errorf("outcome %s, want %s", o.typ, events.TypeJobCompleted)
+	}
+	if n := strings.Count(logs.String(), waiting); n != 1 {
+		t.Errorf("the worker said %d times that it waits for the streams; want once:\n%s", n, logs)
+	}
+}
