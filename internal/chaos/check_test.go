@@ -26,7 +26,9 @@ func row(t *testing.T, seq int64, typ, source string, at time.Time, data any) lo
 func TestCheckCountsEachViolation(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	job := func(name string) map[string]string { return map[string]string{"group": "g", "name": name, "type": "noop"} }
+	job := func(name string) map[string]string {
+		return map[string]string{"group": "g", "name": name, "type": "noop"}
+	}
 	trig := func(name string) map[string]string { return map[string]string{"group": "g", "name": name} }
 	var seq int64
 	var rows []logRow
