@@ -208,18 +208,28 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (rep *Report, err error
 	}
 
 	// PostgreSQL, with durability on, in a data directory of its own.
-	pg, err := localpg.Start(ctx, localpg.Config{Fsync: true, Logger: log.With("component", "localpg")})
+	// The data directory and the JetStream store stay for a post-mortem when an invariant broke
+	// (start PostgreSQL again with pg_ctl -D <dir>/postgres, nats-server with -js -sd <dir>/jetstream).
+	if err := os.Chmod(dir, 0o755); err != nil { // PostgreSQL may run as another user
+		return nil, err
+	}
+	pgDir := filepath.Join(dir, "postgres")
+	storeDir := filepath.Join(dir, "jetstream")
+	pg, err := localpg.Start(ctx, localpg.Config{DataDir: pgDir, Fsync: true, Logger: log.With("component", "localpg")})
 	if err != nil {
 		return nil, fmt.Errorf("start PostgreSQL: %w", err)
 	}
 	c := &cluster{cfg: cfg, log: log, pg: pg, dbURL: pg.URL("postgres")}
 	defer func() {
-		// Keep the server's log with the others before the data directory goes.
-		if b, rerr := os.ReadFile(filepath.Join(pg.DataDir(), "postgres.log")); rerr == nil {
-			_ = os.WriteFile(filepath.Join(logDir, "postgresql.log"), b, 0o644)
-		}
 		if serr := pg.Stop(context.WithoutCancel(ctx)); serr != nil {
 			log.Warn("chaos: stopping PostgreSQL failed", "error", serr)
+		}
+		if b, rerr := os.ReadFile(filepath.Join(pgDir, "postgres.log")); rerr == nil {
+			_ = os.WriteFile(filepath.Join(logDir, "postgresql.log"), b, 0o644)
+		}
+		if rep != nil && rep.Results != nil && !rep.Failed() {
+			_ = os.RemoveAll(pgDir)
+			_ = os.RemoveAll(storeDir)
 		}
 	}()
 
@@ -228,8 +238,6 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (rep *Report, err error
 		return nil, err
 	}
 	c.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	storeDir := filepath.Join(dir, "jetstream")
-	defer os.RemoveAll(storeDir)
 
 	args := func(role, id string) []string {
 		switch role {

@@ -133,12 +133,20 @@ func (s *supervisor) start(slot, role string) (*proc, error) {
 	go func() {
 		p.err = cmd.Wait()
 		s.mu.Lock()
-		if !p.expected && !s.closed {
+		restart := !p.expected && !s.closed
+		if restart {
 			s.unexpected = append(s.unexpected, fmt.Sprintf("%s exited on its own (%v); log %s", p.id, p.err, p.logPath))
-			s.log.Warn("chaos: process exited on its own", "id", p.id, "status", p.err, "log", p.logPath)
+			s.log.Warn("chaos: process exited on its own; restarting it", "id", p.id, "status", p.err, "log", p.logPath)
 		}
 		s.mu.Unlock()
 		close(p.done)
+		if restart {
+			// A crash is restarted like a kill, so the run goes on with its cluster whole.
+			time.Sleep(time.Second)
+			if _, err := s.start(p.slot, p.role); err != nil {
+				s.log.Warn("chaos: restart failed", "slot", p.slot, "error", err)
+			}
+		}
 	}()
 	s.log.Debug("chaos: started", "id", id, "pid", cmd.Process.Pid, "log", logPath)
 	return p, nil

@@ -88,9 +88,13 @@ func WriteReport(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "  check-in interval %s; a node is declared dead after 2 x %s + %s = %s of silence\n",
 		cfg.CheckinInterval, cfg.CheckinInterval, checkinGrace, bound)
 	var took []time.Duration
+	var slowest Failover
 	for _, f := range r.Failovers {
 		if f.Released {
 			took = append(took, f.After)
+			if f.After > slowest.After {
+				slowest = f
+			}
 		}
 	}
 	if len(took) == 0 {
@@ -100,6 +104,7 @@ func WriteReport(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "  %d node deaths, %d with claims released: p50 %s, max %s (%.1f and %.1f check-in intervals)\n",
 			len(r.Failovers), len(took), took[len(took)/2].Round(10*time.Millisecond), took[len(took)-1].Round(10*time.Millisecond),
 			float64(took[len(took)/2])/float64(cfg.CheckinInterval), float64(took[len(took)-1])/float64(cfg.CheckinInterval))
+		fmt.Fprintf(w, "  slowest: %s\n", slowest.Fault)
 	}
 
 	list := func(title string, items []string) {
