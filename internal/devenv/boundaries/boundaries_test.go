@@ -45,9 +45,13 @@ var (
 		module + "/cmd/worker":     {"/internal/worker", "github.com/nats-io/nats.go/jetstream"},
 		module + "/cmd/agatectl":   {"/internal/trigger"},
 		module + "/cmd/agatebench": {"/internal/bench", "/internal/node"},
+		module + "/cmd/agatechaos": {"/internal/chaos"},
 	}
 	cmdDrivers = []string{"github.com/jackc/pgx/v5", "github.com/nats-io/nats.go/jetstream"}
 )
+
+// devenvUsers may import internal/devenv: the dev and test tools that start PostgreSQL and NATS.
+var devenvUsers = []string{module + "/internal/bench", module + "/internal/chaos", module + "/cmd"}
 
 // pkg is the part of `go list -json` the rules read.
 type pkg struct {
@@ -114,20 +118,20 @@ func violations(pkgs []pkg) []string {
 			switch {
 			case isStep && slices.Contains(steps, to) && to != from:
 				add(from, to, "a lifecycle step must not import another step; declare an interface and let internal/node wire them")
-			case isStep && (to == module+"/internal/node" || under(to, devenv) || under(to, module+"/internal/bench") || under(to, module+"/cmd")):
-				add(from, to, "a lifecycle step must not import internal/node, internal/devenv, internal/bench or cmd")
+			case isStep && (to == module+"/internal/node" || under(to, devenv) || underAny(to, devenvUsers)):
+				add(from, to, "a lifecycle step must not import internal/node, internal/devenv, internal/bench, internal/chaos or cmd")
 			case slices.Contains(leaves, from) && inModule(to):
 				add(from, to, "internal/events and internal/trigger are leaves and import no package of this module")
-			case under(to, devenv) && !under(from, devenv) && !under(from, module+"/internal/bench") && !under(from, module+"/cmd"):
-				add(from, to, "only internal/devenv, internal/bench and cmd may import internal/devenv outside tests")
+			case under(to, devenv) && !under(from, devenv) && !underAny(from, devenvUsers):
+				add(from, to, "only internal/devenv, internal/bench, internal/chaos and cmd may import internal/devenv outside tests")
 			}
 		}
 		for _, to := range tests {
 			switch {
 			case isStep && slices.Contains(steps, to) && to != from:
 				add(from, to, "a lifecycle step's tests must not import another step")
-			case under(to, devenv) && to != testenv && !under(from, devenv) && !under(from, module+"/internal/bench") && !under(from, module+"/cmd"):
-				add(from, to, "test files outside internal/devenv, internal/bench and cmd may import only internal/devenv/testenv from internal/devenv")
+			case under(to, devenv) && to != testenv && !under(from, devenv) && !underAny(from, devenvUsers):
+				add(from, to, "test files outside internal/devenv, internal/bench, internal/chaos and cmd may import only internal/devenv/testenv from internal/devenv")
 			}
 		}
 		if under(from, module+"/cmd") {

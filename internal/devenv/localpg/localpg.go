@@ -188,6 +188,30 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return c.startLocked(ctx, c.port, true)
 }
 
+// RestartImmediate is `pg_ctl restart -m immediate` with a pause: the server stops at once (no
+// checkpoint, sessions cut, as a crash would leave it, but by its own postmaster), stays down for
+// down, and starts again on the same port, running crash recovery. A stopped server is just
+// started.
+func (c *Cluster) RestartImmediate(ctx context.Context, down time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pf, ok, err := readPIDFile(c.dataDir); err != nil {
+		return fmt.Errorf("read postmaster.pid: %w", err)
+	} else if ok && processAlive(pf.pid) {
+		c.logger.InfoContext(ctx, "localpg: stopping PostgreSQL immediately", "dir", c.dataDir)
+		out, err := c.run(ctx, "pg_ctl", "stop", "-w", "-m", "immediate", "-D", c.dataDir)
+		if err != nil {
+			return fmt.Errorf("stop PostgreSQL immediately in %s: %w\n%s", c.dataDir, err, out)
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	return c.startLocked(ctx, c.port, true)
+}
+
 // Kill stops the server the hard way: SIGKILL to the postmaster and all its
 // processes, as a crash would. It returns once they are gone. [Cluster.Restart]
 // brings the server back, running crash recovery.

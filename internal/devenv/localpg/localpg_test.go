@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -159,6 +161,45 @@ func TestKillThenRestartRecovers(t *testing.T) {
 	}
 	if n := count(t, c); n != 2 {
 		t.Errorf("rows after crash recovery = %d, want 2", n)
+	}
+}
+
+func TestRestartImmediateRecovers(t *testing.T) {
+	t.Parallel()
+	c := start(t, localpg.Config{Logger: testLogger(t)})
+	port := c.Port()
+	conn := connect(t, c)
+	exec(t, conn, "SET synchronous_commit = on")
+	exec(t, conn, "CREATE TABLE t (id int); INSERT INTO t VALUES (1), (2), (3)")
+
+	if err := c.RestartImmediate(t.Context(), 200*time.Millisecond); err != nil {
+		t.Fatalf("RestartImmediate: %v", err)
+	}
+	if err := conn.Ping(t.Context()); err == nil {
+		t.Error("a session survived the immediate stop")
+	}
+	if c.Port() != port {
+		t.Errorf("port changed from %d to %d", port, c.Port())
+	}
+	if n := count(t, c); n != 3 {
+		t.Errorf("rows after the immediate restart = %d, want 3", n)
+	}
+	b, err := os.ReadFile(filepath.Join(c.DataDir(), "postgres.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "not properly shut down") {
+		t.Errorf("postgres.log shows no crash recovery after -m immediate:\n%s", b)
+	}
+	// A stopped server is simply started.
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RestartImmediate(t.Context(), 0); err != nil {
+		t.Fatalf("RestartImmediate of a killed server: %v", err)
+	}
+	if n := count(t, c); n != 3 {
+		t.Errorf("rows after kill and immediate restart = %d, want 3", n)
 	}
 }
 
