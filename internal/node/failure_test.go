@@ -110,6 +110,9 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 			_ = rows.Scan(&id, &seq, &xid, &at)
 			unfinished = append(unfinished, id)
 			t.Logf("unfinished fire %s: log seq %d xid %s time %s", id, seq, xid, at.Format(time.StampMicro))
+			var evID string
+			_ = e.pool.QueryRow(context.Background(), `select id::text from events where sched_name = $1 and seq = $2`, e.ns, seq).Scan(&evID)
+			t.Logf("  its event id %s", evID)
 		}
 		var cursorXID string
 		var cursorSeq int64

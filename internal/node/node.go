@@ -24,6 +24,7 @@ import (
 	"github.com/agatesched/agate/internal/fire"
 	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/recovery"
+	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/wake"
 )
@@ -108,25 +109,33 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		cfg.Now = time.Now
 	}
 	ns := cfg.Namespace
-	if err := store.Migrate(ctx, pool); err != nil {
-		return err
-	}
 	locks := cfg.locks()
-	if err := locks.Ensure(ctx, pool); err != nil {
+	// A connection lost while starting (the database restarting) is waited out, not fatal.
+	err := retry.Do(ctx, log, "preparing the database", store.IsTransient, func() error {
+		if err := store.Migrate(ctx, pool); err != nil {
+			return err
+		}
+		if err := locks.Ensure(ctx, pool); err != nil {
+			return err
+		}
+		changed, err := locks.Agree(ctx, pool, cfg.InstanceID)
+		if changed {
+			log.WarnContext(ctx, "lock settings of the namespace changed (no other node was running)",
+				slog.String("lock_mode", locks.Mode()), slog.Int("lock_partitions", locks.Count()))
+		}
 		return err
-	}
-	if changed, err := locks.Agree(ctx, pool, cfg.InstanceID); err != nil {
-		return err
-	} else if changed {
-		log.WarnContext(ctx, "lock settings of the namespace changed (no other node was running)",
-			slog.String("lock_mode", locks.Mode()), slog.Int("lock_partitions", locks.Count()))
+	})
+	if err != nil {
+		return stopping(ctx, err)
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
 	}
-	if err := events.EnsureStreams(ctx, js, ns); err != nil {
-		return err
+	if err := retry.Do(ctx, log, "creating the JetStream streams", nil, func() error {
+		return events.EnsureStreams(ctx, js, ns)
+	}); err != nil {
+		return stopping(ctx, err)
 	}
 
 	// One wake signal, made before the steps: every step that changes triggers notifies it, and
@@ -163,10 +172,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		recoverer.TestSignals, ob.TestSignals = ts.Recovery, ts.Outbox
 	}
 	if err := recoverer.Join(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+		return stopping(ctx, err)
 	}
 	log.InfoContext(ctx, "scheduler node started", slog.String("namespace", ns),
 		slog.String("lock_mode", cmp.Or(cfg.LockMode, "partitioned")), slog.Int("lock_partitions", locks.Count()))
@@ -192,5 +198,13 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		log.Warn("leaving the cluster failed; other nodes will recover this node's claims", slog.Any("error", lerr))
 	}
 	log.Info("scheduler node stopped")
+	return err
+}
+
+// stopping is err, or nil when ctx ended: a node stopped while it was starting did not fail.
+func stopping(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
 	return err
 }

@@ -96,26 +96,10 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) *Recoverer {
 // after Join, so that this recovery never gives back a claim the same run has just made. While
 // the database cannot be reached, Join says so once and waits.
 func (r *Recoverer) Join(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
+	return retry.Do(ctx, r.cfg.Logger, "joining the cluster", store.IsTransient, func() error {
 		_, err := r.RunOnce(ctx)
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case !store.IsTransient(err):
-			return fmt.Errorf("joining the cluster: %w", err)
-		case attempt == 1:
-			r.cfg.Logger.WarnContext(ctx, "cannot join the cluster yet; retrying", slog.Any("error", err))
-		}
-		t := time.NewTimer(retry.Delay(attempt, 100*time.Millisecond, 5*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+		return err
+	})
 }
 
 // Run checks in and scans every CheckinInterval until ctx is cancelled.

@@ -3,6 +3,8 @@
 package retry
 
 import (
+	"context"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 )
@@ -17,4 +19,33 @@ func Delay(attempt int, base, max time.Duration) time.Duration {
 	d = min(d, max)
 	jitter := time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
 	return d + jitter
+}
+
+// Do runs fn until it succeeds, ctx ends, or it fails with an error that retryable refuses (nil
+// retryable: every error is worth another try). Between tries it waits Delay(attempt, 100ms, 5s);
+// the first retryable failure is logged once, as "<what> failed; retrying".
+func Do(ctx context.Context, log *slog.Logger, what string, retryable func(error) bool, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		switch {
+		case err == nil:
+			if attempt > 1 {
+				log.InfoContext(ctx, what+" succeeded after retrying", slog.Int("attempts", attempt))
+			}
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case retryable != nil && !retryable(err):
+			return err
+		case attempt == 1:
+			log.WarnContext(ctx, what+" failed; retrying", slog.Any("error", err))
+		}
+		t := time.NewTimer(Delay(attempt, 100*time.Millisecond, 5*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
