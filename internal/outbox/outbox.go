@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/testsignal"
 )
@@ -186,14 +187,38 @@ func (o *Outbox) runPublisher(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case evs := <-o.queue:
-			if err := publish(ctx, o.js, evs); err != nil {
-				if ctx.Err() == nil {
-					o.cfg.Logger.WarnContext(ctx, "publishing committed events failed; the outbox sweep will publish them",
-						slog.Int("events", len(evs)), slog.Any("error", err))
-				}
-				continue
+			o.publishQueued(ctx, evs)
+		}
+	}
+}
+
+// publishQueued publishes one committed batch, retrying with back-off until JetStream has
+// stored every event (or the node stops: then the sweep publishes them). Publishing again is
+// safe: Nats-Msg-Id makes JetStream drop what it already has.
+func (o *Outbox) publishQueued(ctx context.Context, evs []events.Event) {
+	for attempt := 1; ; attempt++ {
+		err := publish(ctx, o.js, evs)
+		if err == nil {
+			if attempt > 1 {
+				o.cfg.Logger.InfoContext(ctx, "published committed events after retrying", slog.Int("events", len(evs)),
+					slog.Int("attempts", attempt))
 			}
 			o.TestSignals.Published.Signal(len(evs))
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if attempt == 1 {
+			o.cfg.Logger.WarnContext(ctx, "publishing committed events failed; retrying (if this node stops first, the outbox sweep publishes them)",
+				slog.Int("events", len(evs)), slog.Any("error", err))
+		}
+		t := time.NewTimer(retry.Delay(attempt, 100*time.Millisecond, 5*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
 	}
 }
