@@ -57,10 +57,18 @@ func (e *env) claim(t *testing.T, k, j events.Key, sched time.Time, ahead, nonco
 
 func (e *env) fire(t *testing.T, claims ...store.Claim) int {
 	t.Helper()
+	return e.fireTx(t, true, claims)
+}
+
+// fireTx fires claims in a transaction of their own, taking the lock or not.
+func (e *env) fireTx(t *testing.T, lock bool, claims []store.Claim) int {
+	t.Helper()
 	fired := 0
 	err := e.outbox.InTx(t.Context(), func(tx *outbox.Tx) error {
-		if err := e.f.Locks.All(t.Context(), tx); err != nil {
-			return err
+		if lock {
+			if err := e.f.Locks.All(t.Context(), tx); err != nil {
+				return err
+			}
 		}
 		var err error
 		fired, err = e.firer.Fire(t.Context(), tx, claims)
@@ -133,16 +141,7 @@ func TestFireDropsStaleClaims(t *testing.T) {
 // between it and a double fire.
 func (e *env) fireUnlocked(t *testing.T, claims ...store.Claim) int {
 	t.Helper()
-	fired := 0
-	err := e.outbox.InTx(t.Context(), func(tx *outbox.Tx) error {
-		var err error
-		fired, err = e.firer.Fire(t.Context(), tx, claims)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fired
+	return e.fireTx(t, false, claims)
 }
 
 func (e *env) countEvents(t *testing.T, typ string) int {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,13 +71,7 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 
 	// 20 triggers firing every 100 ms for 4 s, across the outage.
 	t0 := time.Now().Add(time.Second)
-	for i := range 20 {
-		name := fmt.Sprintf("r%02d", i)
-		if out := e.request("schedule_job", map[string]any{"id": name, "job": job("g", name, "noop", nil, nil),
-			"triggers": []any{repeating("g", name, t0, 100*time.Millisecond, 39)}}); !out.OK {
-			t.Fatalf("schedule_job: %+v", out.Error)
-		}
-	}
+	e.scheduleRepeating(20, t0, 100*time.Millisecond, 39)
 	e.waitFor(20*time.Second, "the fires to be under way", func() bool { // the outage starts in the middle of them
 		return e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted) >= 100
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -256,5 +257,18 @@ func (e *env) waitCount(timeout time.Duration, what string, want int, query stri
 			e.t.Fatalf("timed out after %s waiting for %s: %d of %d", timeout, what, got, want)
 		}
 		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// scheduleRepeating schedules n jobs r00…, each with a trigger firing every interval from t0,
+// repeat+1 times, through the api subject.
+func (e *env) scheduleRepeating(n int, t0 time.Time, interval time.Duration, repeat int) {
+	e.t.Helper()
+	for i := range n {
+		name := fmt.Sprintf("r%02d", i)
+		if out := e.request("schedule_job", map[string]any{"id": name, "job": job("g", name, "noop", nil, nil),
+			"triggers": []any{repeating("g", name, t0, interval, repeat)}}); !out.OK {
+			e.t.Fatalf("schedule_job: %+v", out.Error)
+		}
 	}
 }

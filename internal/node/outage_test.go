@@ -37,13 +37,7 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 
 	// 20 triggers firing every 100 ms for 6 s, and 200 one-shots over the same 6 s.
 	t0 := time.Now().Add(time.Second)
-	for i := range 20 {
-		name := fmt.Sprintf("r%02d", i)
-		if out := e.request("schedule_job", map[string]any{"id": name, "job": job("g", name, "noop", nil, nil),
-			"triggers": []any{repeating("g", name, t0, 100*time.Millisecond, 59)}}); !out.OK {
-			t.Fatalf("schedule_job: %+v", out.Error)
-		}
-	}
+	e.scheduleRepeating(20, t0, 100*time.Millisecond, 59)
 	for i := range 200 {
 		name := fmt.Sprintf("o%03d", i)
 		if out := e.request("schedule_job", map[string]any{"id": name, "job": job("g", name, "noop", nil, nil),
