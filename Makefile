@@ -40,10 +40,10 @@ bench: ## the two-node acceptance workload and the 20k burst, with fires/s and l
 	$(GO) run ./cmd/agatebench
 
 .PHONY: chaos
-chaos: ## the 20-minute chaos run: kills, stops and restarts under load, then checks no fire was lost or doubled (SEED=n replays)
+chaos: ## the 20-minute chaos run (about 240 faults): kills, stops and restarts under load, then checks no fire was lost or doubled (SEED=n replays)
 	@./scripts/ensure-postgres.sh
 	$(GO) build -o bin/agatechaos ./cmd/agatechaos
-	exec bin/agatechaos --duration 20m --faults-every 8s $(if $(SEED),--seed $(SEED)) --out chaos-report.txt
+	exec bin/agatechaos --duration 20m --faults-every 5s $(if $(SEED),--seed $(SEED)) --out chaos-report.txt
 
 .PHONY: fuzz
 fuzz: ## fuzz the cron parser and next-fire functions for 30s each
