@@ -321,3 +321,25 @@ func TestFireRefusesClaimsOfAFencedEpoch(t *testing.T) {
 		t.Fatalf("CheckMember with a replaced epoch: %v, want ErrFenced", err)
 	}
 }
+
+// A fire transaction can commit while its node does not hear so (the database restarted during
+// the commit); the node then fires the claim again. That second attempt must change nothing:
+// the execution's fired row stays, so its completion is recorded, and no drop is logged.
+func TestFireAgainAfterALostCommitAnswerChangesNothing(t *testing.T) {
+	e := setup(t)
+	e.f.Job(t, key("j"), false)
+	e.f.Trigger(t, key("t"), key("j"), testenv.Repeating(time.Minute), t0)
+	c := e.claim(t, key("t"), key("j"), t0, true, false)
+	if n := e.fire(t, c); n != 1 {
+		t.Fatalf("first attempt fired %d", n)
+	}
+	if n := e.fire(t, c); n != 0 {
+		t.Fatalf("the retried attempt fired %d, want 0", n)
+	}
+	if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and entry_id = $2 and state = 'EXECUTING'`, c.FireID); n != 1 {
+		t.Fatal("the retried attempt removed the execution's fired row: its completion would be ignored")
+	}
+	if types := e.f.EventTypes(t); len(types) != 1 || types[0] != events.TypeJobFired {
+		t.Fatalf("logged %v, want only the first attempt's JobFired", types)
+	}
+}

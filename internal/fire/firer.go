@@ -62,10 +62,13 @@ type firing struct {
 	state string // the trigger's state after the fire
 }
 
-// drop is a claim that is not fired, and why (an events.Drop… reason).
+// drop is a claim that is not fired, and why (an events.Drop… reason). held says this
+// transaction holds the claim's fired row (it marked it EXECUTING), so dropping deletes it; a
+// claim whose row it could not mark leaves the row to whoever has it.
 type drop struct {
 	claim  store.Claim
 	reason string
+	held   bool
 }
 
 // Fire fires claims inside tx, which holds the claims' lock partition: each claim's trigger
@@ -107,7 +110,7 @@ func (f *Firer) Fire(ctx context.Context, tx *outbox.Tx, claims []store.Claim) (
 		return 0, err
 	}
 	for _, b := range broken {
-		drops = append(drops, drop{claim: b.claim, reason: events.DropTriggerError})
+		drops = append(drops, drop{claim: b.claim, reason: events.DropTriggerError, held: true})
 	}
 	if err := f.blockOthers(ctx, tx, fires); err != nil {
 		return 0, err
@@ -154,16 +157,50 @@ func (f *Firer) markExecuting(ctx context.Context, tx pgx.Tx, claims []store.Cla
 	for _, id := range marked {
 		held[id] = true
 	}
+	var lost []uuid.UUID
+	for _, id := range ids {
+		if !held[id] {
+			lost = append(lost, id)
+		}
+	}
+	fired, err := f.alreadyFired(ctx, tx, lost)
+	if err != nil {
+		return nil, nil, err
+	}
 	var kept []store.Claim
 	var drops []drop
 	for _, c := range claims {
-		if c.Ahead && !held[c.FireID] {
+		switch {
+		case !c.Ahead || held[c.FireID]:
+			kept = append(kept, c)
+		case fired[c.FireID]:
+			// An earlier attempt of this very claim committed, though its node did not hear so
+			// (the database went away during the commit): the fire happened. Nothing to do.
+		default:
 			drops = append(drops, drop{claim: c, reason: events.DropClaimLost})
-			continue
 		}
-		kept = append(kept, c)
 	}
 	return kept, drops, nil
+}
+
+// alreadyFired reports which of the fire ids already have an EXECUTING fired row.
+func (f *Firer) alreadyFired(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	out := map[uuid.UUID]bool{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := tx.Query(ctx, queries.Get("AlreadyFired"), ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading fired rows: %w", err)
+	}
+	fired, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("reading fired rows: %w", err)
+	}
+	for _, id := range fired {
+		out[id] = true
+	}
+	return out, nil
 }
 
 // row is what the fire transaction reads of a claimed trigger and its job.
@@ -224,10 +261,10 @@ func plan(claims []store.Claim, rows map[events.Key]*row, cals store.Calendars) 
 		r := rows[c.Trigger()]
 		switch {
 		case r == nil || r.next == nil:
-			drops = append(drops, drop{claim: c, reason: events.DropTriggerChanged})
+			drops = append(drops, drop{claim: c, reason: events.DropTriggerChanged, held: true})
 			continue
 		case c.Nonconcurrent && firedJob[c.Job()]:
-			drops = append(drops, drop{claim: c, reason: events.DropJobBusy})
+			drops = append(drops, drop{claim: c, reason: events.DropJobBusy, held: true})
 			continue
 		}
 		cal, err := cals.For(r.calendar)
@@ -289,7 +326,7 @@ func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing) (
 		if updated[fi.claim.Trigger()] {
 			kept = append(kept, fi)
 		} else {
-			lost = append(lost, drop{claim: fi.claim, reason: events.DropTriggerChanged})
+			lost = append(lost, drop{claim: fi.claim, reason: events.DropTriggerChanged, held: true})
 		}
 	}
 	return kept, lost, nil
@@ -313,12 +350,14 @@ func (f *Firer) blockOthers(ctx context.Context, tx pgx.Tx, fires []firing) erro
 	return nil
 }
 
-// recordFired deletes the fired rows of dropped claims and inserts the EXECUTING rows of claims
+// recordFired deletes the fired rows this transaction holds of dropped claims and inserts the EXECUTING rows of claims
 // fired at once (those of claims made ahead were marked EXECUTING already).
 func (f *Firer) recordFired(ctx context.Context, tx pgx.Tx, fires []firing, drops []drop, now time.Time) error {
-	ids := make([]uuid.UUID, len(drops))
-	for i, d := range drops {
-		ids[i] = d.claim.FireID
+	var ids []uuid.UUID
+	for _, d := range drops {
+		if d.held {
+			ids = append(ids, d.claim.FireID)
+		}
 	}
 	if err := store.DeleteFired(ctx, tx, ids); err != nil {
 		return err

@@ -35,3 +35,7 @@ where f.entry_id = any($1) and f.state = 'ACQUIRED'
   and (f.epoch = 0 or exists (select 1 from scheduler_state s
                               where s.sched_name = f.sched_name and s.instance_id = f.instance_id and s.epoch = f.epoch))
 returning f.entry_id;
+
+-- name: AlreadyFired
+-- Claims whose fired row is EXECUTING already: an earlier attempt of theirs committed.
+select entry_id from fired_triggers where entry_id = any($1) and state = 'EXECUTING';
