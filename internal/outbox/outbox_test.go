@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -171,5 +172,49 @@ func TestInTxLogsAndPublishesAfterCommit(t *testing.T) {
 	}
 	if got := streamCount(t, js, ns); got != 1 {
 		t.Fatalf("stream holds %d messages, want 1", got)
+	}
+}
+
+// The sweep goes in xid order as numbers, also when xids gain a digit. Sorted as text, "1001"
+// comes before "987": with the older row still too young to sweep, the sweep published the
+// newer one, moved its cursor past the older row, and never published it. This lost fires
+// whenever the committing node's publish failed while xids crossed a power of ten.
+func TestSweepOrdersXIDsAsNumbers(t *testing.T) {
+	pool, js, ns := setup(t)
+	ctx := t.Context()
+	relay := New(Config{Namespace: ns, SweepDelay: 500 * time.Millisecond}, pool, js)
+	// The older row is young for the first sweeps.
+	young, err := events.New(events.TypeTriggerScheduled, events.Source(ns, "test"), events.AggregateTrigger, "g.older",
+		events.Subjects(ns).Evt("trigger"), time.Now().Add(time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { return appendEvents(ctx, tx, ns, []events.Event{young}) }); err != nil {
+		t.Fatal(err)
+	}
+	var older int64
+	if err := pool.QueryRow(ctx, `select xid::text::bigint from events where sched_name = $1`, ns).Scan(&older); err != nil {
+		t.Fatal(err)
+	}
+	// Use up transaction ids until they have one more digit than the older row's.
+	next := int64(10)
+	for next <= older {
+		next *= 10
+	}
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`do $$ begin for i in 1..%d loop perform pg_current_xact_id(); commit; end loop; end $$`, next-older)); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { appendOne(t, ctx, tx, ns, "newer"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for streamCount(t, js, ns) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sweep published %d of the 2 events (xids %d and ≥ %d)", streamCount(t, js, ns), older, next)
+		}
+		if _, err := relay.SweepOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the poll step while the older row ages
 	}
 }

@@ -13,13 +13,17 @@ select last_xid::text, last_seq from outbox_cursor where sched_name = $1 for upd
 -- name: SweepBatch
 -- Rows after the cursor in (xid, seq) order, fenced below the oldest running transaction so a
 -- row whose seq was taken before a slower transaction committed is never passed over.
-select seq, xid::text, id, type, source, aggregate, aggregate_id, nats_subject, time, data, coalesce(trace_context, '')
-from events
-where nats_subject is not null
-  and (xid, seq) > ($2::xid8, $3::bigint)
-  and xid < pg_snapshot_xmin(pg_current_snapshot())
-  and sched_name = $1
-order by xid, seq
+-- The xid is selected as text under another name: ORDER BY a bare name prefers an output column,
+-- so "xid::text" named xid would sort as text ("1001" before "764") and the cursor, compared as
+-- xid8, would pass rows for good whenever xids gain a digit.
+select seq, xid::text as xid_text, id, type, source, aggregate, aggregate_id, nats_subject, time, data,
+       coalesce(trace_context, '')
+from events e
+where e.nats_subject is not null
+  and (e.xid, e.seq) > ($2::xid8, $3::bigint)
+  and e.xid < pg_snapshot_xmin(pg_current_snapshot())
+  and e.sched_name = $1
+order by e.xid, e.seq
 limit $4;
 
 -- name: AdvanceCursor
