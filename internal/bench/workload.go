@@ -394,7 +394,7 @@ func waitReady(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, ns st
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		_, err := js.Consumer(ctx, events.StreamFired(ns), worker.ConsumerName("noop"))
+		_, err := js.Consumer(ctx, events.StreamFired(ns), events.WorkerDurable("noop"))
 		if err == nil {
 			// An unknown command is answered (rejected) by any node without touching the database.
 			msg, rerr := nc.RequestWithContext(ctx, events.Subjects(ns).API("ping"), []byte(`{"id":"ping"}`))

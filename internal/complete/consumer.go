@@ -3,14 +3,12 @@ package complete
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -23,11 +21,6 @@ import (
 	"github.com/agatesched/agate/internal/testsignal"
 	"github.com/agatesched/agate/internal/wake"
 )
-
-//go:embed queries.sql
-var queriesSQL string
-
-var queries = store.ParseQueries(queriesSQL)
 
 // Defaults of Config.
 const (
@@ -233,21 +226,24 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 		if err := c.cfg.Locks.Jobs(ctx, tx, jobs); err != nil {
 			return err
 		}
-		ended, err := c.deleteFired(ctx, tx, outs)
+		var ids []uuid.UUID
+		for _, o := range outs {
+			if o.ends() {
+				ids = append(ids, o.Result.FireID)
+			}
+		}
+		ended, keys, err := store.EndExecutions(ctx, tx, c.cfg.Namespace, ids)
 		if err != nil {
 			return err
 		}
-		released, err := c.releaseBlocked(ctx, tx, ended)
+		released, err := c.origin.Released(keys, events.ReleaseJobCompleted, time.Now(), nil)
 		if err != nil {
-			return err
-		}
-		if err := c.deleteFinished(ctx, tx, ended); err != nil {
 			return err
 		}
 		// An execution ends once: a second ending outcome for a fire whose row is already gone
 		// (a redelivered or re-run completion) is not recorded again.
 		for _, o := range outs {
-			if o.ends() && ended[o.Result.FireID] == nil {
+			if _, ok := ended[o.Result.FireID]; o.ends() && !ok {
 				res.Ignored++
 				continue
 			}
@@ -264,85 +260,4 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 		c.cfg.Wake.Notify()
 	}
 	return res, nil
-}
-
-// endedFire is the fired row of an execution that ended.
-type endedFire struct {
-	trigger, job  events.Key
-	nonconcurrent bool
-}
-
-// deleteFired deletes the fired rows of the outcomes that end an execution and returns them by
-// fire id; an execution already ended has no row left and is absent.
-func (c *Consumer) deleteFired(ctx context.Context, tx pgx.Tx, outs []Outcome) (map[uuid.UUID]*endedFire, error) {
-	var ids []uuid.UUID
-	for _, o := range outs {
-		if o.ends() {
-			ids = append(ids, o.Result.FireID)
-		}
-	}
-	ended := map[uuid.UUID]*endedFire{}
-	if len(ids) == 0 {
-		return ended, nil
-	}
-	rows, err := tx.Query(ctx, queries.Get("DeleteFired"), ids)
-	if err != nil {
-		return nil, fmt.Errorf("deleting fired rows: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id uuid.UUID
-		e := &endedFire{}
-		if err := rows.Scan(&id, &e.trigger.Group, &e.trigger.Name, &e.job.Group, &e.job.Name, &e.nonconcurrent); err != nil {
-			return nil, fmt.Errorf("deleting fired rows: %w", err)
-		}
-		ended[id] = e
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("deleting fired rows: %w", err)
-	}
-	return ended, nil
-}
-
-// releaseBlocked releases the triggers blocked by the non-concurrent jobs whose execution ended
-// (Quartz: BLOCKED → WAITING, PAUSED_BLOCKED → PAUSED) and returns their release events.
-func (c *Consumer) releaseBlocked(ctx context.Context, tx pgx.Tx, ended map[uuid.UUID]*endedFire) ([]events.Event, error) {
-	var g, n []string
-	for _, e := range ended {
-		if e.nonconcurrent {
-			g, n = append(g, e.job.Group), append(n, e.job.Name)
-		}
-	}
-	if len(g) == 0 {
-		return nil, nil
-	}
-	rows, err := tx.Query(ctx, queries.Get("Release"), c.cfg.Namespace, g, n)
-	if err != nil {
-		return nil, fmt.Errorf("releasing blocked triggers: %w", err)
-	}
-	keys, err := pgx.CollectRows(rows, store.ScanKey)
-	if err != nil {
-		return nil, fmt.Errorf("releasing blocked triggers: %w", err)
-	}
-	return c.origin.Released(keys, events.ReleaseJobCompleted, time.Now(), nil)
-}
-
-// deleteFinished deletes the COMPLETE triggers whose last execution ended, and the non-durable
-// jobs they leave without triggers (Quartz's removeTrigger).
-func (c *Consumer) deleteFinished(ctx context.Context, tx pgx.Tx, ended map[uuid.UUID]*endedFire) error {
-	if len(ended) == 0 {
-		return nil
-	}
-	var tg, tn, states, jg, jn []string
-	for _, e := range ended {
-		tg, tn, states = append(tg, e.trigger.Group), append(tn, e.trigger.Name), append(states, store.StateComplete)
-		jg, jn = append(jg, e.job.Group), append(jn, e.job.Name)
-	}
-	if _, err := tx.Exec(ctx, queries.Get("DeleteCompleteTriggers"), c.cfg.Namespace, tg, tn, states); err != nil {
-		return fmt.Errorf("deleting completed triggers: %w", err)
-	}
-	if _, err := tx.Exec(ctx, queries.Get("DeleteOrphanJobs"), c.cfg.Namespace, jg, jn); err != nil {
-		return fmt.Errorf("deleting finished jobs: %w", err)
-	}
-	return nil
 }

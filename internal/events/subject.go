@@ -46,6 +46,13 @@ func StreamCommands(ns string) string { return "AGATE_" + ns + "_COMMANDS" }
 // StreamFired names the stream of JobFired messages.
 func StreamFired(ns string) string { return "AGATE_" + ns + "_FIRED" }
 
+// WorkerDurablePrefix begins the name of every workers' durable consumer on the FIRED stream.
+const WorkerDurablePrefix = "worker-"
+
+// WorkerDurable names the durable consumer on the FIRED stream that all workers of a job type
+// share; schedulers read its state to tell a fire still queued from one handed to a worker.
+func WorkerDurable(jobType string) string { return WorkerDurablePrefix + jobType }
+
 // StreamDone names the stream of completion messages.
 func StreamDone(ns string) string { return "AGATE_" + ns + "_DONE" }
 

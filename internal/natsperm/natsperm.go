@@ -57,10 +57,13 @@ func For(ns string, role Role) (Permissions, error) {
 	streams := []string{events.StreamCommands(ns), events.StreamFired(ns), events.StreamDone(ns), events.StreamEvents(ns)}
 	switch role {
 	case Scheduler:
-		// Publishes JobFired and the other events; creates and updates the four streams at start;
-		// consumes COMMANDS and DONE through its two shared durables; answers api requests.
+		// Publishes JobFired and the other events, and the final JobFailed of an execution it
+		// abandons; creates and updates the four streams at start; consumes COMMANDS and DONE
+		// through its two shared durables; reads the state of the workers' durables (to tell a
+		// queued fire from an abandoned one); answers api requests.
 		p := Permissions{
-			Publish:        []string{s.All("fired"), s.All("evt")},
+			Publish: []string{s.All("fired"), s.All("evt"), s.All("done"),
+				"$JS.API.CONSUMER.INFO." + events.StreamFired(ns) + ".*"},
 			Subscribe:      []string{"_INBOX.>", s.API("*")},
 			AllowResponses: true,
 		}

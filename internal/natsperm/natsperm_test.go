@@ -7,8 +7,8 @@ import (
 
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/complete"
+	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/natsperm"
-	"github.com/agatesched/agate/internal/worker"
 )
 
 // The durables the permissions name are those the code creates.
@@ -25,8 +25,8 @@ func TestDurableNamesMatchTheCode(t *testing.T) {
 			t.Errorf("scheduler may not publish to %s", want)
 		}
 	}
-	if got := worker.ConsumerName("x"); !strings.HasPrefix(got, "worker-") {
-		t.Errorf("worker.ConsumerName = %q; the docs and the dead-letter filter expect worker-<type>", got)
+	if got := events.WorkerDurable("x"); !strings.HasPrefix(got, "worker-") {
+		t.Errorf("events.WorkerDurable = %q; the docs and the dead-letter filter expect worker-<type>", got)
 	}
 }
 

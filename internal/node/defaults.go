@@ -15,6 +15,9 @@ const (
 	MisfireThresholdDefault = acquire.MisfireThresholdDefault
 	CheckinIntervalDefault  = recovery.CheckinIntervalDefault
 	MaxCommandBytesDefault  = command.MaxBodyBytesDefault
+	WorkerMaxDeliverDefault = recovery.WorkerMaxDeliverDefault
+	WorkerJobTimeoutDefault = recovery.WorkerJobTimeoutDefault
+	AbandonGraceDefault     = recovery.AbandonGraceDefault
 )
 
 // BuiltinJobTypes returns the job types cmd/worker runs out of the box, which a node should

@@ -346,3 +346,118 @@ func TestDeclaredFailedNodeRejoinsAndFiresOnce(t *testing.T) {
 		t.Fatalf("%d JobFired for one one-shot, want 1", n)
 	}
 }
+
+// An execution whose worker took the fire and vanished, with no worker left to hear JetStream's
+// max-deliveries advisory, has no outcome ever. Past its deadline (max-deliver attempts of the
+// job's timeout plus the grace) recovery abandons it: a job that requests recovery is fired once
+// more with the same fire id and recovering: true; otherwise, and the second time, it fails
+// finally, and its non-concurrent job's other trigger is released.
+func TestAbandonsExecutionsThatCanNoLongerFinish(t *testing.T) {
+	for _, recover := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fails", true: "refires-then-fails"}[recover], func(t *testing.T) {
+			e := newEnv(t)
+			signals := &node.TestSignals{}
+			signals.Recovery.Pass.Init()
+			e.startNode("n1", func(c *node.Config) {
+				c.CheckinInterval, c.HealEvery = 300*time.Millisecond, 1
+				c.WorkerMaxDeliver, c.AbandonGrace = 1, 500*time.Millisecond
+				c.TestSignals = signals
+			})
+			// noAbandonment waits until the execution is overdue and its JobFired on the bus, and
+			// checks that three passes after that leave it alone: its fire was not handed to a worker.
+			noAbandonment := func(why string) {
+				t.Helper()
+				e.waitCount(10*time.Second, "the fire to be overdue", 1, `select count(*) from fired_triggers
+					where sched_name = $1 and state = 'EXECUTING' and fired_time < now() - interval '2 seconds'`, e.ns)
+				e.waitCount(10*time.Second, "the outbox sweep to pass the fire", 1, `select count(*) from events e
+					join outbox_cursor c on c.sched_name = e.sched_name
+					where e.sched_name = $1 and e.type = $2 and (e.xid, e.seq) <= (c.last_xid, c.last_seq)`, e.ns, events.TypeJobFired)
+				passes := signals.Recovery.Pass.Drain()
+				for range 3 {
+					passes = append(passes, signals.Recovery.Pass.Wait(t))
+				}
+				for _, r := range passes {
+					if len(r.Abandoned) > 0 {
+						t.Fatalf("abandoned %+v, although %s", r.Abandoned, why)
+					}
+				}
+			}
+			createConsumer := func() jetstream.Consumer {
+				// A "worker" of type noop that takes fires and never settles them.
+				cons, err := e.js.CreateOrUpdateConsumer(t.Context(), events.StreamFired(e.ns), jetstream.ConsumerConfig{
+					Durable: events.WorkerDurable("noop"), FilterSubject: events.Subjects(e.ns).Fired("noop"),
+					AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 1, AckWait: time.Minute,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cons
+			}
+			var cons jetstream.Consumer
+			if recover {
+				cons = createConsumer()
+			}
+			take := func() events.JobFired {
+				t.Helper()
+				msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(20*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, ok := <-msgs.Messages()
+				if !ok {
+					t.Fatalf("no JobFired delivered: %v", msgs.Error())
+				}
+				var jf events.JobFired
+				if _, err := events.Decode(m.Data(), &jf); err != nil {
+					t.Fatal(err)
+				}
+				return jf
+			}
+			at := time.Now().Add(200 * time.Millisecond)
+			if out := e.request("schedule_job", map[string]any{"id": "c1",
+				"job":      job("g", "j", "noop", nil, map[string]any{"timeout": "1s", "nonconcurrent": true, "requestsRecovery": recover}),
+				"triggers": []any{oneShot("g", "once", at), oneShot("g", "later", at.Add(time.Second))}}); !out.OK {
+				t.Fatalf("schedule_job: %+v", out.Error)
+			}
+			if !recover {
+				noAbandonment("no worker of its type ever ran")
+				cons = createConsumer()
+				noAbandonment("it waits, undelivered, in the workers' consumer")
+			}
+			first := take()
+			if first.Recovering {
+				t.Fatalf("first delivery says recovering: %+v", first)
+			}
+			// The other trigger waits, BLOCKED by the execution that will never report.
+			e.waitCount(10*time.Second, "the job's other trigger to be blocked", 1,
+				`select count(*) from triggers where sched_name = $1 and trigger_name = 'later' and state = 'BLOCKED'`, e.ns)
+			if recover {
+				again := take()
+				if again.FireID != first.FireID || !again.Recovering {
+					t.Fatalf("re-fire: fire id %s recovering %v; want %s recovering true", again.FireID, again.Recovering, first.FireID)
+				}
+				if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobFailed); n != 0 {
+					t.Fatalf("%d JobFailed before the recovering fire was abandoned too", n)
+				}
+			}
+			signals.Recovery.Pass.WaitUntil(t, func(r recovery.Result) bool { return len(r.Abandoned) > 0 && !r.Abandoned[0].Refired })
+			var final, retryable bool
+			var source string
+			if err := e.pool.QueryRow(t.Context(), `select (data->'error'->>'final')::bool, (data->'error'->>'retryable')::bool, source
+				from events where sched_name = $1 and type = $2 and data->>'fireId' = $3`,
+				e.ns, events.TypeJobFailed, first.FireID.String()).Scan(&final, &retryable, &source); err != nil {
+				t.Fatalf("the abandoned execution's JobFailed: %v", err)
+			}
+			if !final || source != events.Source(e.ns, "n1") {
+				t.Fatalf("JobFailed final=%v from %s; want final from the scheduler", final, source)
+			}
+			if n := e.count(`select count(*) from fired_triggers where sched_name = $1 and trigger_name = 'once'`, e.ns); n != 0 {
+				t.Fatalf("%d fired rows of the abandoned execution left", n)
+			}
+			// The blocked trigger is free again and fires (its fire, too, is taken and never settled).
+			if next := take(); next.Trigger.Name != "later" {
+				t.Fatalf("after the abandonment, got %+v; want the fire of trigger later", next)
+			}
+		})
+	}
+}

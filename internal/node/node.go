@@ -46,7 +46,15 @@ type Config struct {
 	SweepDelay       time.Duration
 	JobTypes         []string
 	MaxCommandBytes  int
-	Logger           *slog.Logger
+	// WorkerMaxDeliver, WorkerJobTimeout and AbandonGrace say when an execution with no outcome
+	// is abandoned (recovery.Config); the first two are the workers' --max-deliver and
+	// --job-timeout.
+	WorkerMaxDeliver int
+	WorkerJobTimeout time.Duration
+	AbandonGrace     time.Duration
+	// HealEvery is how many check-ins apart the healing and abandonment scans run. Default 12.
+	HealEvery int
+	Logger    *slog.Logger
 	// Now is the node clock (fire times, misfires); tests inject one. Default time.Now. The node
 	// corrects it by its offset from the database clock, measured at each check-in.
 	Now func() time.Time
@@ -94,6 +102,9 @@ func (c Config) Validate() error {
 	}
 	if c.Partitions < 0 || c.Partitions > store.Slots {
 		return fmt.Errorf("partitions must be between 1 and %d", store.Slots)
+	}
+	if c.WorkerMaxDeliver < 0 || c.WorkerJobTimeout < 0 || c.AbandonGrace < 0 || c.HealEvery < 0 {
+		return fmt.Errorf("max-deliver, job-timeout and abandon-grace must be positive")
 	}
 	return nil
 }
@@ -165,7 +176,8 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		Wake: wakeup}, ob, js)
 	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks,
 		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
-		Wake: wakeup, Member: member, Clock: clock}, pool, ob)
+		Wake: wakeup, Member: member, Clock: clock, JetStream: js, HealEvery: cfg.HealEvery,
+		WorkerMaxDeliver: cfg.WorkerMaxDeliver, WorkerJobTimeout: cfg.WorkerJobTimeout, AbandonGrace: cfg.AbandonGrace}, pool, ob)
 
 	if ts := cfg.TestSignals; ts != nil {
 		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete

@@ -91,3 +91,29 @@ select exists (
                       where f.sched_name = t.sched_name
                         and ((t.state in ('BLOCKED', 'PAUSED_BLOCKED') and f.job_group = t.job_group and f.job_name = t.job_name)
                           or (t.state in ('ACQUIRED', 'COMPLETE') and f.trigger_group = t.trigger_group and f.trigger_name = t.trigger_name))));
+
+-- name: Overdue
+-- Executions with no outcome long after their fire: $2 attempts of the job's timeout (or $3 ms)
+-- plus $4 ms of grace. The JobFired they were last fired with comes from the log, with whether
+-- the outbox sweep has passed it (so it is on the bus). fired_triggers holds only executions
+-- in flight, so the scan stays small.
+select f.entry_id, f.job_group, f.job_name, f.requests_recovery, f.recovering,
+       e.data, coalesce(e.trace_context, ''), coalesce(e.nats_subject, ''),
+       (e.xid, e.seq) <= (c.last_xid, c.last_seq)
+from fired_triggers f
+left join job_details j on j.sched_name = f.sched_name and j.job_group = f.job_group and j.job_name = f.job_name
+join outbox_cursor c on c.sched_name = f.sched_name
+cross join lateral (
+    select e.data, e.trace_context, e.nats_subject, e.xid, e.seq from events e
+    where e.sched_name = f.sched_name and e.aggregate = 'job' and e.aggregate_id = f.job_group || '.' || f.job_name
+      and e.type = 'agate.job.fired' and e.data->>'fireId' = f.entry_id::text
+    order by e.seq desc limit 1) e
+where f.sched_name = $1 and f.state = 'EXECUTING'
+  and f.fired_time + make_interval(secs => ($2 * coalesce(j.timeout_ms, $3) + $4) / 1000.0) < now()
+order by f.fired_time
+limit $5;
+
+-- name: Refire
+-- The execution is fired again: its deadline starts over, and the next time it is abandoned.
+update fired_triggers set recovering = true, fired_time = now()
+where entry_id = $1 and state = 'EXECUTING' and not recovering;

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/outbox"
@@ -58,6 +59,16 @@ type Config struct {
 	// Member is set to this node's epoch once it has joined, and to 0 when it finds it was
 	// declared failed, so that acquire and the fire queue stop at once.
 	Member *store.Member
+	// JetStream lets the scan for executions that can no longer finish (abandon) check that a
+	// fire was handed to a worker; without it that scan does not run.
+	JetStream jetstream.JetStream
+	// WorkerMaxDeliver, WorkerJobTimeout and AbandonGrace say when an execution with no outcome
+	// is abandoned: WorkerMaxDeliver attempts of the job's timeout (WorkerJobTimeout when it has
+	// none) plus AbandonGrace after its fire. The first two should be the workers' --max-deliver
+	// and --job-timeout. Defaults 5, 5m and 10m.
+	WorkerMaxDeliver int
+	WorkerJobTimeout time.Duration
+	AbandonGrace     time.Duration
 }
 
 // Recoverer runs check-in, failed-node recovery and the misfire scan.
@@ -84,6 +95,9 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) *Recoverer {
 	cfg.CheckinInterval = cmp.Or(cfg.CheckinInterval, CheckinIntervalDefault)
 	cfg.MisfireThreshold = cmp.Or(cfg.MisfireThreshold, MisfireThresholdDefault)
 	cfg.HealEvery = cmp.Or(cfg.HealEvery, 12)
+	cfg.WorkerMaxDeliver = cmp.Or(cfg.WorkerMaxDeliver, WorkerMaxDeliverDefault)
+	cfg.WorkerJobTimeout = cmp.Or(cfg.WorkerJobTimeout, WorkerJobTimeoutDefault)
+	cfg.AbandonGrace = cmp.Or(cfg.AbandonGrace, AbandonGraceDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -127,6 +141,7 @@ type Result struct {
 	Released    int           // triggers released: claims of failed nodes, and this node's leftovers
 	Misfired    int           // misfired triggers handled
 	Repairs     []Repair      // stuck triggers repaired (a pass every HealEvery)
+	Abandoned   []Abandonment // executions that could no longer finish (a pass every HealEvery)
 	ClockOffset time.Duration // this node's clock offset from the database's (database − node)
 }
 
@@ -167,10 +182,13 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	misfired, err := r.handleMisfires(ctx)
 	res.Misfired = misfired
 	if err == nil && r.passes%r.cfg.HealEvery == 0 {
-		res.Repairs, err = r.heal(ctx)
+		res.Abandoned, err = r.abandon(ctx)
+		if err == nil {
+			res.Repairs, err = r.heal(ctx)
+		}
 	}
 	r.passes++
-	if res.Released > 0 || misfired > 0 || len(res.Repairs) > 0 {
+	if res.Released > 0 || misfired > 0 || len(res.Repairs) > 0 || len(res.Abandoned) > 0 {
 		r.cfg.Wake.Notify()
 	}
 	return res, err

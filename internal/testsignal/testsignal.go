@@ -83,3 +83,17 @@ func (s *Signal[T]) WaitUntil(tb TB, ok func(T) bool) T {
 		}
 	}
 }
+
+// Drain returns the values sent so far and not yet read, without waiting: a test calls it to
+// look at what happened before a point and then wait only for what comes after.
+func (s *Signal[T]) Drain() []T {
+	var vs []T
+	for {
+		select {
+		case v := <-s.c:
+			vs = append(vs, v)
+		default:
+			return vs
+		}
+	}
+}

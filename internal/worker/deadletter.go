@@ -68,7 +68,7 @@ func (w *Worker) deadLetters(ctx context.Context, stream jetstream.Stream, sub *
 				w.log.WarnContext(ctx, "ignoring an unreadable max-deliveries advisory", "subject", m.Subject, "error", err)
 				continue
 			}
-			if !strings.HasPrefix(adv.Consumer, "worker-") {
+			if !strings.HasPrefix(adv.Consumer, events.WorkerDurablePrefix) {
 				continue // another application's consumer on the stream
 			}
 			if err := w.deadLetter(ctx, stream, adv); err != nil {

@@ -150,9 +150,6 @@ func New(cfg Config, js jetstream.JetStream, reg *Registry) (*Worker, error) {
 	}, nil
 }
 
-// ConsumerName is the durable consumer every worker shares for a job type.
-func ConsumerName(jobType string) string { return "worker-" + jobType }
-
 // Run waits for the FIRED and DONE streams (a scheduler creates them; a worker only looks them
 // up), creates or updates its durable consumers, then runs jobs until ctx is cancelled. It then
 // stops fetching, waits up to DrainTimeout for running jobs (their completions are still
@@ -175,7 +172,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	consumers := make(map[string]jetstream.Consumer, len(types))
 	for _, typ := range types {
 		c, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamFired(w.cfg.Namespace), jetstream.ConsumerConfig{
-			Durable:       ConsumerName(typ),
+			Durable:       events.WorkerDurable(typ),
 			Description:   "Agate workers running " + typ + " jobs",
 			FilterSubject: w.subjects.Fired(typ),
 			DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -185,7 +182,7 @@ func (w *Worker) serve(ctx context.Context) error {
 		})
 		if err != nil {
 			return fmt.Errorf("worker: creating consumer %s on stream %s: %w",
-				ConsumerName(typ), events.StreamFired(w.cfg.Namespace), err)
+				events.WorkerDurable(typ), events.StreamFired(w.cfg.Namespace), err)
 		}
 		consumers[typ] = c
 	}
@@ -302,7 +299,7 @@ func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Co
 		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed) || w.js.Conn().IsClosed() {
 			return fmt.Errorf("worker: fetching %s jobs: NATS connection closed: %w", typ, err)
 		}
-		w.log.WarnContext(ctx, "fetching jobs failed; retrying", "type", typ, "consumer", ConsumerName(typ),
+		w.log.WarnContext(ctx, "fetching jobs failed; retrying", "type", typ, "consumer", events.WorkerDurable(typ),
 			"retry_in", errDelay, "error", err)
 		select {
 		case <-time.After(errDelay):

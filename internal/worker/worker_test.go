@@ -121,12 +121,12 @@ func (e *env) waitConsumers(reg *worker.Registry) {
 	deadline := time.Now().Add(waitFor)
 	for _, typ := range reg.Types() {
 		for {
-			_, err := e.js.Consumer(context.Background(), events.StreamFired(e.ns), worker.ConsumerName(typ))
+			_, err := e.js.Consumer(context.Background(), events.StreamFired(e.ns), events.WorkerDurable(typ))
 			if err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
-				e.t.Fatalf("consumer %s never appeared: %v", worker.ConsumerName(typ), err)
+				e.t.Fatalf("consumer %s never appeared: %v", events.WorkerDurable(typ), err)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -216,7 +216,7 @@ func (e *env) waitSettled(typ string) *jetstream.ConsumerInfo {
 	e.t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for {
-		c, err := e.js.Consumer(context.Background(), events.StreamFired(e.ns), worker.ConsumerName(typ))
+		c, err := e.js.Consumer(context.Background(), events.StreamFired(e.ns), events.WorkerDurable(typ))
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -229,7 +229,7 @@ func (e *env) waitSettled(typ string) *jetstream.ConsumerInfo {
 		}
 		if time.Now().After(deadline) {
 			e.t.Fatalf("consumer %s did not settle: pending %d, ack pending %d, redelivered %d",
-				worker.ConsumerName(typ), info.NumPending, info.NumAckPending, info.NumRedelivered)
+				events.WorkerDurable(typ), info.NumPending, info.NumAckPending, info.NumRedelivered)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -581,8 +581,16 @@ func walkThrough(t *testing.T, r roleClients) {
 	work.denied(t, "worker deleting the scheduler's consumer", "$JS.API.CONSUMER.DELETE.")
 	_ = work.nc.Publish("$JS.API.CONSUMER.MSG.NEXT."+events.StreamCommands(ns)+"."+command.DurableName, nil)
 	work.denied(t, "worker reading commands", "$JS.API.CONSUMER.MSG.NEXT.")
+	// A scheduler publishes the final JobFailed of an execution it abandons, and reads the
+	// workers' consumer state for it, but takes no fire meant for a worker.
 	_ = sched.nc.Publish(subj.Done("noop"), []byte(`{}`))
-	sched.denied(t, "scheduler publishing a completion", subj.Done("noop"))
+	sched.allowed(t, "scheduler abandoning an execution")
+	if _, err := sched.nc.Request("$JS.API.CONSUMER.INFO."+events.StreamFired(ns)+"."+workerDurable, nil, 5*time.Second); err != nil {
+		t.Errorf("scheduler reading a worker consumer's state: %v", err)
+	}
+	sched.allowed(t, "scheduler reading a worker consumer's state")
+	_ = sched.nc.Publish("$JS.API.CONSUMER.MSG.NEXT."+events.StreamFired(ns)+"."+workerDurable, nil)
+	sched.denied(t, "scheduler taking a worker's fire", "$JS.API.CONSUMER.MSG.NEXT.")
 	_ = sched.nc.Publish("$JS.API.STREAM.DELETE."+events.StreamEvents(ns), nil)
 	sched.denied(t, "scheduler deleting a stream", "$JS.API.STREAM.DELETE.")
 	_ = sched.nc.Publish("$JS.API.CONSUMER.DELETE."+events.StreamFired(ns)+"."+workerDurable, nil)
@@ -603,7 +611,7 @@ func step(t *testing.T) context.Context {
 }
 
 // workerDurable is a worker's durable consumer for the noop job type.
-var workerDurable = worker.ConsumerName("noop")
+var workerDurable = events.WorkerDurable("noop")
 
 // fetchAck fetches one message and acknowledges it, waiting for the server to confirm the ack.
 func fetchAck(t *testing.T, cons jetstream.Consumer, what string) {
