@@ -253,14 +253,23 @@ func Check(log Log, plan []PlannedTrigger, faults []FaultRecord) *Results {
 		}
 	}
 
-	// Failover: each kill -9 or SIGSTOP of a scheduler, to the first "node failed" release naming it.
+	// Failover: each kill -9 or SIGSTOP of a scheduler, to the first "node failed" release naming
+	// it before the next fault of the same node (a pause shorter than the grace is no death: a
+	// release after the same node's later kill belongs to that kill).
 	for _, f := range faults {
 		if f.Role != roleScheduler || (f.Kind != FaultKill && f.Kind != FaultStop) {
 			continue
 		}
+		var until time.Time
+		for _, g := range faults {
+			if g.Target == f.Target && g.At.After(f.At) && (until.IsZero() || g.At.Before(until)) {
+				until = g.At
+			}
+		}
 		fo := Failover{Fault: f}
 		for _, rel := range log.Releases {
-			if rel.Reason == "node failed" && slices.Contains(rel.Nodes, f.Target) && !rel.Time.Before(f.At) {
+			if rel.Reason == "node failed" && slices.Contains(rel.Nodes, f.Target) && !rel.Time.Before(f.At) &&
+				(until.IsZero() || rel.Time.Before(until)) {
 				if !fo.Released || rel.Time.Sub(f.At) < fo.After {
 					fo.Released, fo.After = true, rel.Time.Sub(f.At)
 				}

@@ -90,6 +90,8 @@ func TestCheckCountsEachViolation(t *testing.T) {
 
 	// Releases: s2-1 was killed at +1s; its claims were released at +10.5s.
 	add(events.TypeTriggerReleased, "s1-1", ms(10500), map[string]any{"trigger": trig("rep"), "reason": "node failed", "nodes": []string{"s2-1"}})
+	// s3-1 was paused at +6s but came back in time; the release naming it belongs to its kill at +30s.
+	add(events.TypeTriggerReleased, "s1-1", ms(39000), map[string]any{"trigger": trig("rep"), "reason": "node failed", "nodes": []string{"s3-1"}})
 
 	lg, err := parseLog(rows)
 	if err != nil {
@@ -99,6 +101,7 @@ func TestCheckCountsEachViolation(t *testing.T) {
 		{At: ms(1000), Kind: FaultKill, Role: roleScheduler, Target: "s2-1"},
 		{At: ms(1100), Kind: FaultKill, Role: roleWorker, Target: "w1-1"},
 		{At: ms(6000), Kind: FaultStop, Role: roleScheduler, Target: "s3-1"},
+		{At: ms(30000), Kind: FaultKill, Role: roleScheduler, Target: "s3-1"},
 	}
 	r := Check(lg, plan, faults)
 
@@ -118,7 +121,7 @@ func TestCheckCountsEachViolation(t *testing.T) {
 	check("lost commands", len(r.LostCommands), 1)
 	check("duplicates", len(r.Duplicates), 2) // f4 again, n3 again
 	check("executions", r.Executions, 11)
-	check("failovers", len(r.Failovers), 2)
+	check("failovers", len(r.Failovers), 3)
 	if len(r.Lost) == 1 && r.Lost[0] != keyOf("g.rep", ms(200)) {
 		t.Errorf("lost %v, want g.rep@+200ms", r.Lost[0])
 	}
@@ -143,8 +146,8 @@ func TestCheckCountsEachViolation(t *testing.T) {
 				t.Errorf("failover of s2-1: %+v, want released after 9.5s", f)
 			}
 		case "s3-1":
-			if f.Released {
-				t.Errorf("failover of s3-1 released: %+v", f)
+			if want := f.Fault.Kind == FaultKill; f.Released != want || want && f.After != 9*time.Second {
+				t.Errorf("failover of s3-1 (%s): %+v; only its kill is released, after 9s", f.Fault.Kind, f)
 			}
 		}
 	}
