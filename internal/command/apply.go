@@ -103,7 +103,10 @@ func (r rejection) Error() string { return r.err.Error() }
 func reject(e *Error) error { return rejection{e} }
 
 func (a *applyCtx) scheduleJob(ctx context.Context, c *ScheduleJob) (any, error) {
-	timeoutMilli, err := a.checkJob(c)
+	if len(c.Triggers) == 0 && !c.Job.Durable {
+		return nil, reject(invalid("triggers", "a job without triggers must be durable (set job.durable: true), as in Quartz"))
+	}
+	timeoutMilli, err := a.checkJob(c.Job)
 	if err != nil {
 		return nil, err
 	}
@@ -111,32 +114,25 @@ func (a *applyCtx) scheduleJob(ctx context.Context, c *ScheduleJob) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.storeJob(ctx, c.Job, c.Replace, timeoutMilli); err != nil {
+	if _, err := a.storeJob(ctx, c.Job, c.Replace, timeoutMilli); err != nil {
 		return nil, err
 	}
-	state, err := a.initialState(ctx, c.Job)
-	if err != nil {
-		return nil, err
-	}
+	job := jobOf(c.Job)
 	result := make([]ScheduledTrigger, len(c.Triggers))
-	for i := range c.Triggers {
-		if result[i], err = a.storeTrigger(ctx, c, i, trigs[i], state); err != nil {
+	for i, ts := range c.Triggers {
+		if result[i], err = a.storeTrigger(ctx, job, ts, fmt.Sprintf("triggers[%d]", i), trigs[i], c.Replace); err != nil {
 			return nil, err
 		}
 	}
 	return map[string]any{"triggers": result}, nil
 }
 
-// checkJob checks what the schema cannot: the job type is one this cluster runs, the timeout a
-// positive duration, and a job without triggers durable. It returns the timeout in milliseconds.
-func (a *applyCtx) checkJob(c *ScheduleJob) (*int64, error) {
-	job := c.Job
+// checkJob checks what the schema cannot: the job type is one this cluster runs and the timeout
+// a positive duration. It returns the timeout in milliseconds.
+func (a *applyCtx) checkJob(job JobSpec) (*int64, error) {
 	if !slices.Contains(a.h.cfg.JobTypes, job.Type) {
 		return nil, reject(invalid("job.type", "unknown job type %q; this scheduler accepts: %s (add more with --job-types)",
 			job.Type, strings.Join(a.h.cfg.JobTypes, ", ")))
-	}
-	if len(c.Triggers) == 0 && !job.Durable {
-		return nil, reject(invalid("triggers", "a job without triggers must be durable (set job.durable: true), as in Quartz"))
 	}
 	if job.Timeout == "" {
 		return nil, nil
@@ -182,17 +178,17 @@ func (a *applyCtx) newTriggers(ctx context.Context, specs []TriggerSpec) ([]*tri
 	return trigs, nil
 }
 
-// storeJob inserts the job, or replaces it when replace is set.
-func (a *applyCtx) storeJob(ctx context.Context, job JobSpec, replace bool, timeoutMilli *int64) error {
+// storeJob inserts the job, or replaces it when replace is set; it reports whether it existed.
+func (a *applyCtx) storeJob(ctx context.Context, job JobSpec, replace bool, timeoutMilli *int64) (bool, error) {
 	ns := a.h.cfg.Namespace
 	var durable bool
 	err := a.tx.QueryRow(ctx, queries.Get("JobExists"), ns, job.Group, job.Name).Scan(&durable)
 	exists := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("reading job: %w", err)
+		return false, fmt.Errorf("reading job: %w", err)
 	}
 	if exists && !replace {
-		return reject(&Error{Code: CodeAlreadyExists, Field: "job",
+		return true, reject(&Error{Code: CodeAlreadyExists, Field: "job",
 			Message: fmt.Sprintf("job %s.%s already exists; send replace: true to replace it", job.Group, job.Name)})
 	}
 	data := job.Data
@@ -201,45 +197,77 @@ func (a *applyCtx) storeJob(ctx context.Context, job JobSpec, replace bool, time
 	}
 	if _, err := a.tx.Exec(ctx, queries.Get("UpsertJob"), ns, job.Group, job.Name, job.Type, job.Description,
 		job.Durable, job.Nonconcurrent, job.RequestsRecovery, timeoutMilli, data); err != nil {
-		return fmt.Errorf("storing job: %w", err)
+		return exists, fmt.Errorf("storing job: %w", err)
 	}
-	return nil
+	return exists, nil
 }
 
-// initialState is the state of the job's new triggers: BLOCKED while a non-concurrent job runs
-// (Quartz: a new trigger waits for the run in progress), else WAITING.
-func (a *applyCtx) initialState(ctx context.Context, job JobSpec) (string, error) {
-	if !job.Nonconcurrent {
-		return store.StateWaiting, nil
+// storedJob is what a trigger needs to know about its job.
+type storedJob struct {
+	events.JobRef
+	Nonconcurrent bool
+}
+
+func jobOf(j JobSpec) storedJob {
+	return storedJob{JobRef: events.JobRef{Group: j.Group, Name: j.Name, Type: j.Type}, Nonconcurrent: j.Nonconcurrent}
+}
+
+// loadJob reads an existing job, locking its row; field names it in a not_found rejection.
+func (a *applyCtx) loadJob(ctx context.Context, k KeyRef, field string) (storedJob, error) {
+	j := storedJob{JobRef: events.JobRef{Group: k.Group, Name: k.Name}}
+	err := a.tx.QueryRow(ctx, queries.Get("LoadJob"), a.h.cfg.Namespace, k.Group, k.Name).Scan(&j.Type, &j.Nonconcurrent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return j, reject(&Error{Code: CodeNotFound, Field: field, Message: fmt.Sprintf("job %s.%s does not exist", k.Group, k.Name)})
 	}
-	var executing bool
-	if err := a.tx.QueryRow(ctx, queries.Get("JobExecuting"), a.h.cfg.Namespace, job.Group, job.Name).Scan(&executing); err != nil {
-		return "", fmt.Errorf("reading job executions: %w", err)
+	if err != nil {
+		return j, fmt.Errorf("reading job %s.%s: %w", k.Group, k.Name, err)
 	}
-	if executing {
+	return j, nil
+}
+
+// initialState is the state of a new trigger of group for job (Quartz's storeTrigger): PAUSED
+// when its group is paused, or all are (the group is then recorded as paused, as Quartz does);
+// and, while a non-concurrent job runs, BLOCKED (PAUSED_BLOCKED): it waits for the run in
+// progress.
+func (a *applyCtx) initialState(ctx context.Context, job storedJob, group string) (string, error) {
+	var paused, executing bool
+	if err := a.tx.QueryRow(ctx, queries.Get("NewTriggerState"), a.h.cfg.Namespace, group, job.Group, job.Name,
+		allGroupsPaused).Scan(&paused, &executing); err != nil {
+		return "", fmt.Errorf("reading paused groups and job executions: %w", err)
+	}
+	blocked := job.Nonconcurrent && executing
+	switch {
+	case paused && blocked:
+		return store.StatePausedBlocked, nil
+	case paused:
+		return store.StatePaused, nil
+	case blocked:
 		return store.StateBlocked, nil
 	}
 	return store.StateWaiting, nil
 }
 
-// storeTrigger inserts trigger i of c (replacing the job's own trigger of that key when replace
-// is set) and logs TriggerScheduled.
-func (a *applyCtx) storeTrigger(ctx context.Context, c *ScheduleJob, i int, t *trigger.Trigger, state string) (ScheduledTrigger, error) {
-	ns, job, ts := a.h.cfg.Namespace, c.Job, c.Triggers[i]
-	field := fmt.Sprintf("triggers[%d]", i)
+// storeTrigger inserts trigger ts of job (replacing the job's own trigger of that key when
+// replace is set) and logs TriggerScheduled; field names it in rejections.
+func (a *applyCtx) storeTrigger(ctx context.Context, job storedJob, ts TriggerSpec, field string, t *trigger.Trigger, replace bool) (ScheduledTrigger, error) {
+	ns := a.h.cfg.Namespace
 	var og, on string
 	err := a.tx.QueryRow(ctx, queries.Get("TriggerOwner"), ns, ts.Group, ts.Name).Scan(&og, &on)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return ScheduledTrigger{}, fmt.Errorf("reading trigger: %w", err)
-	case !c.Replace || og != job.Group || on != job.Name:
+	case !replace || og != job.Group || on != job.Name:
 		return ScheduledTrigger{}, reject(&Error{Code: CodeAlreadyExists, Field: field,
 			Message: fmt.Sprintf("trigger %s.%s already exists (for job %s.%s)", ts.Group, ts.Name, og, on)})
 	default:
 		if _, err := a.tx.Exec(ctx, queries.Get("DeleteTrigger"), ns, ts.Group, ts.Name); err != nil {
 			return ScheduledTrigger{}, fmt.Errorf("replacing trigger: %w", err)
 		}
+	}
+	state, err := a.initialState(ctx, job, ts.Group)
+	if err != nil {
+		return ScheduledTrigger{}, err
 	}
 	schedule, err := json.Marshal(t.Definition)
 	if err != nil {
@@ -265,8 +293,8 @@ func (a *applyCtx) storeTrigger(ctx context.Context, c *ScheduleJob, i int, t *t
 	}
 	key := events.Key{Group: ts.Group, Name: ts.Name}
 	err = a.event(events.TypeTriggerScheduled, events.AggregateTrigger, key.String(), "trigger",
-		map[string]any{"trigger": key, "job": events.JobRef{Group: job.Group, Name: job.Name, Type: job.Type},
-			"commandId": a.commandID, "nextFireTime": next, "schedule": json.RawMessage(schedule)})
+		map[string]any{"trigger": key, "job": job.JobRef, "commandId": a.commandID, "nextFireTime": next,
+			"state": state, "schedule": json.RawMessage(schedule)})
 	return ScheduledTrigger{Group: ts.Group, Name: ts.Name, NextFireTime: &next}, err
 }
 
@@ -350,15 +378,16 @@ type DeleteCalendar struct {
 }
 
 func (a *applyCtx) addCalendar(ctx context.Context, c *AddCalendar) (any, error) {
-	if _, err := trigger.ParseCalendar(c.Calendar); err != nil {
+	cal, err := trigger.ParseCalendar(c.Calendar)
+	if err != nil {
 		var fe *trigger.FieldError
 		if errors.As(err, &fe) {
 			return nil, reject(invalid(strings.TrimSuffix("calendar."+fe.Field, "."), "%s", fe.Message))
 		}
 		return nil, reject(invalid("calendar", "%v", err))
 	}
-	var one int
-	err := a.tx.QueryRow(ctx, queries.Get("UpsertCalendar"), a.h.cfg.Namespace, c.Name, c.Calendar, c.Replace).Scan(&one)
+	var replaced bool
+	err = a.tx.QueryRow(ctx, queries.Get("UpsertCalendar"), a.h.cfg.Namespace, c.Name, c.Calendar, c.Replace).Scan(&replaced)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, reject(&Error{Code: CodeAlreadyExists, Field: "name",
 			Message: fmt.Sprintf("calendar %q already exists; send replace: true to replace it", c.Name)})
@@ -366,8 +395,56 @@ func (a *applyCtx) addCalendar(ctx context.Context, c *AddCalendar) (any, error)
 	if err != nil {
 		return nil, fmt.Errorf("storing calendar: %w", err)
 	}
-	return nil, a.event(events.TypeCalendarAdded, events.AggregateCalendar, c.Name, "calendar",
-		map[string]any{"name": c.Name, "calendar": c.Calendar, "commandId": a.commandID})
+	if err := a.event(events.TypeCalendarAdded, events.AggregateCalendar, c.Name, "calendar",
+		map[string]any{"name": c.Name, "calendar": c.Calendar, "replaced": replaced, "commandId": a.commandID}); err != nil {
+		return nil, err
+	}
+	if !replaced {
+		return nil, nil
+	}
+	n, err := a.applyCalendar(ctx, c.Name, cal)
+	return map[string]any{"updated": n}, err
+}
+
+// applyCalendar recomputes the next fire time of every trigger that uses the calendar just
+// replaced (Quartz's storeCalendar with updateTriggers). A trigger that will not fire again is
+// COMPLETE; a claim made ahead on one is given up (ACQUIRED → WAITING: the fire step drops it);
+// paused and blocked triggers stay so. It returns how many triggers it updated.
+func (a *applyCtx) applyCalendar(ctx context.Context, name string, cal trigger.Calendar) (int, error) {
+	ns := a.h.cfg.Namespace
+	rows, err := a.tx.Query(ctx, queries.Get("CalendarTriggers"), ns, name)
+	if err != nil {
+		return 0, fmt.Errorf("reading the triggers of calendar %q: %w", name, err)
+	}
+	ms, err := pgx.CollectRows(rows, store.ScanTriggerTimes)
+	if err != nil {
+		return 0, fmt.Errorf("reading the triggers of calendar %q: %w", name, err)
+	}
+	var g, n []string
+	var next []*time.Time
+	broken := map[events.Key]string{}
+	for _, m := range ms {
+		t, err := trigger.Restore(m.Schedule, &m.Next, m.Prev, m.Times)
+		if err != nil {
+			broken[m.Key] = err.Error()
+			continue
+		}
+		t.UpdateWithNewCalendar(cal, a.now, a.h.cfg.MisfireThreshold)
+		g, n, next = append(g, m.Key.Group), append(n, m.Key.Name), append(next, store.NullTime(t.NextFireTime))
+		if err := a.event(events.TypeTriggerUpdated, events.AggregateTrigger, m.Key.String(), "trigger",
+			map[string]any{"trigger": m.Key, "nextFireTime": store.NullTime(t.NextFireTime),
+				"reason": fmt.Sprintf("calendar %q replaced", name), "commandId": a.commandID}); err != nil {
+			return 0, err
+		}
+	}
+	if len(g) > 0 {
+		if _, err := a.tx.Exec(ctx, queries.Get("SetNextFireTimes"), ns, g, n, next); err != nil {
+			return 0, fmt.Errorf("updating the triggers of calendar %q: %w", name, err)
+		}
+	}
+	evs, err := store.SetTriggerError(ctx, a.tx, events.Origin{Namespace: ns, InstanceID: a.h.cfg.InstanceID}, broken, a.now)
+	a.tx.Append(evs...)
+	return len(g), err
 }
 
 func (a *applyCtx) deleteCalendar(ctx context.Context, c *DeleteCalendar) (any, error) {

@@ -52,6 +52,9 @@ type Config struct {
 	// MaxBodyBytes is the largest command body accepted. Default 1 MiB.
 	MaxBodyBytes int
 	Logger       *slog.Logger
+	// MisfireThreshold is how late a resumed trigger's fire time may be before its misfire
+	// instruction applies (Quartz's misfireThreshold). Default 1m.
+	MisfireThreshold time.Duration
 	// Now is the node clock; tests inject one.
 	Now func() time.Time
 	// Wake is notified after a command changed triggers, so a trigger due before the acquire
@@ -74,6 +77,7 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) (*Handler, error) {
 		cfg.JobTypes = BuiltinJobTypes
 	}
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
+	cfg.MisfireThreshold = cmp.Or(cfg.MisfireThreshold, time.Minute)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -49,8 +49,9 @@ where j.sched_name = $1 and j.job_group = $2 and j.job_name = $3 and not j.durab
 -- name: UpsertCalendar
 -- $4: replace an existing calendar of the same name. Returns nothing when it exists and $4 is false.
 insert into calendars (sched_name, calendar_name, calendar) values ($1, $2, $3)
+-- Returns whether it replaced one (xmax is set on a row the upsert updated).
 on conflict (sched_name, calendar_name) do update set calendar = excluded.calendar where $4
-returning 1;
+returning xmax <> '0'::xid;
 
 -- name: CalendarInUse
 select count(*) from triggers where sched_name = $1 and calendar_name = $2;
@@ -61,3 +62,113 @@ delete from calendars where sched_name = $1 and calendar_name = $2;
 -- name: KeepRejectedBody
 insert into rejected_bodies (sched_name, sha256, body) values ($1, $2, $3)
 on conflict do nothing;
+
+-- name: LoadJob
+select job_type, nonconcurrent from job_details where sched_name = $1 and job_group = $2 and job_name = $3 for update;
+
+-- name: NewTriggerState
+-- Quartz's storeTrigger: is the trigger's group ($2) paused, or are all ($5)? (Then its group is
+-- recorded as paused, as Quartz does, so that resume_all resumes it.) Does the job run now?
+with paused as (
+    select exists (select 1 from paused_trigger_grps where sched_name = $1 and trigger_group = $2) as own,
+           exists (select 1 from paused_trigger_grps where sched_name = $1 and trigger_group = $5) as every
+), recorded as (
+    insert into paused_trigger_grps (sched_name, trigger_group)
+    select $1, $2 from paused where every and not own
+    on conflict do nothing
+)
+select (select own or every from paused),
+       exists (select 1 from fired_triggers
+               where sched_name = $1 and job_group = $3 and job_name = $4 and state = 'EXECUTING');
+
+-- name: TriggerExists
+select exists (select 1 from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3);
+
+-- name: PauseTrigger
+-- Quartz's pauseTrigger: WAITING and ACQUIRED → PAUSED, BLOCKED → PAUSED_BLOCKED; other states
+-- stay. Returns the state before and after (the self-join reads the row as it was).
+update triggers t
+set state = case t.state when 'WAITING' then 'PAUSED' when 'ACQUIRED' then 'PAUSED'
+                         when 'BLOCKED' then 'PAUSED_BLOCKED' else t.state end
+from triggers old
+where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3
+  and old.sched_name = t.sched_name and old.trigger_group = t.trigger_group and old.trigger_name = t.trigger_name
+returning old.state, t.state;
+
+-- name: ResumableTrigger
+-- A paused trigger ($2, $3) with the state it resumes to (Quartz's checkBlockedState: BLOCKED
+-- while its non-concurrent job runs) and whether it misfired while paused (next fire time
+-- before $4 = now − misfire threshold). Columns as store.ScanTriggerTimes, then those two.
+select t.trigger_group, t.trigger_name, t.state, t.schedule, t.next_fire_time, t.prev_fire_time, t.times_triggered,
+       coalesce(t.calendar_name, ''),
+       case when j.nonconcurrent and exists (select 1 from fired_triggers f
+                where f.sched_name = t.sched_name and f.job_group = t.job_group and f.job_name = t.job_name
+                  and f.state = 'EXECUTING') then 'BLOCKED' else 'WAITING' end,
+       t.next_fire_time < $4 and t.misfire_instr <> 'ignore_misfire_policy'
+from triggers t
+join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
+where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3 and t.state in ('PAUSED', 'PAUSED_BLOCKED')
+for update of t;
+
+-- name: ResumableGroup
+-- As ResumableTrigger, for every paused trigger of group $2, or of every group when $2 is the
+-- pause_all marker $3.
+select t.trigger_group, t.trigger_name, t.state, t.schedule, t.next_fire_time, t.prev_fire_time, t.times_triggered,
+       coalesce(t.calendar_name, ''),
+       case when j.nonconcurrent and exists (select 1 from fired_triggers f
+                where f.sched_name = t.sched_name and f.job_group = t.job_group and f.job_name = t.job_name
+                  and f.state = 'EXECUTING') then 'BLOCKED' else 'WAITING' end,
+       t.next_fire_time < $4 and t.misfire_instr <> 'ignore_misfire_policy'
+from triggers t
+join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
+where t.sched_name = $1 and ($2 = $3 or t.trigger_group = $2) and t.state in ('PAUSED', 'PAUSED_BLOCKED')
+order by t.trigger_group, t.trigger_name
+for update of t;
+
+-- name: SetTriggerStates
+-- Each trigger to its state, guarded by the state it was read in.
+update triggers t set state = c.to_state
+from unnest($2::text[], $3::text[], $4::text[], $5::text[]) as c(g, n, from_state, to_state)
+where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n and t.state = c.from_state;
+
+-- name: PauseGroup
+-- Quartz's pauseTriggerGroup, or pauseAll when $2 is the marker $3 (every group that has
+-- triggers, and the marker, are recorded as paused). Returns how many triggers it paused.
+with recorded as (
+    insert into paused_trigger_grps (sched_name, trigger_group)
+    select $1, $2
+    union
+    select distinct $1, trigger_group from triggers where sched_name = $1 and $2 = $3
+    on conflict do nothing
+), paused as (
+    update triggers set state = case state when 'BLOCKED' then 'PAUSED_BLOCKED' else 'PAUSED' end
+    where sched_name = $1 and ($2 = $3 or trigger_group = $2) and state in ('WAITING', 'ACQUIRED', 'BLOCKED')
+    returning 1
+)
+select count(*) from paused;
+
+-- name: UnpauseGroup
+-- Quartz's resumeTriggerGroup deletes the group's row; resumeAll ($2 = the marker $3) does so for
+-- every group that has triggers, and deletes the marker. (A paused group without triggers stays
+-- paused after resume_all, as in Quartz.)
+delete from paused_trigger_grps p
+where p.sched_name = $1
+  and (p.trigger_group = $2
+       or ($2 = $3 and exists (select 1 from triggers t where t.sched_name = $1 and t.trigger_group = p.trigger_group)));
+
+-- name: CalendarTriggers
+-- The triggers that use calendar $2 and may fire again; columns as store.ScanTriggerTimes.
+select trigger_group, trigger_name, state, schedule, next_fire_time, prev_fire_time, times_triggered,
+       coalesce(calendar_name, '')
+from triggers
+where sched_name = $1 and calendar_name = $2 and state not in ('COMPLETE', 'ERROR')
+for update;
+
+-- name: SetNextFireTimes
+-- New next fire times after a calendar changed: none left → COMPLETE; a claim made ahead is
+-- given up (ACQUIRED → WAITING), so the fire step drops it.
+update triggers t
+set next_fire_time = c.next,
+    state = case when c.next is null then 'COMPLETE' when t.state = 'ACQUIRED' then 'WAITING' else t.state end
+from unnest($2::text[], $3::text[], $4::timestamptz[]) as c(g, n, next)
+where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n;

@@ -36,13 +36,22 @@ func decodeAs[T any](apply func(*applyCtx, context.Context, *T) (any, error)) de
 	}
 }
 
-// decoders are the commands this version applies. (docs/contract.md lists more; they are answered
-// "unknown command" until implemented, never silently dropped.)
+// decoders are the commands of docs/contract.md.
 var decoders = map[string]decoder{
 	"add_calendar":       decodeAs((*applyCtx).addCalendar),
+	"add_job":            decodeAs((*applyCtx).addJob),
 	"delete_calendar":    decodeAs((*applyCtx).deleteCalendar),
 	"delete_job":         decodeAs((*applyCtx).deleteJob),
+	"pause_all":          decodeAs((*applyCtx).pauseAll),
+	"pause_group":        decodeAs((*applyCtx).pauseGroup),
+	"pause_trigger":      decodeAs((*applyCtx).pauseTrigger),
+	"reschedule_trigger": decodeAs((*applyCtx).rescheduleTrigger),
+	"resume_all":         decodeAs((*applyCtx).resumeAll),
+	"resume_group":       decodeAs((*applyCtx).resumeGroup),
+	"resume_trigger":     decodeAs((*applyCtx).resumeTrigger),
 	"schedule_job":       decodeAs((*applyCtx).scheduleJob),
+	"schedule_trigger":   decodeAs((*applyCtx).scheduleTrigger),
+	"trigger_job":        decodeAs((*applyCtx).triggerJob),
 	"unschedule_trigger": decodeAs((*applyCtx).unscheduleTrigger),
 }
 
@@ -57,6 +66,9 @@ type validator struct {
 func newValidator() (*validator, error) {
 	c := jsonschema.NewCompiler()
 	v := &validator{schemas: map[string]*jsonschema.Schema{}}
+	// Every schema is added before any is compiled: a command's schema may refer to another's
+	// definitions (schedule_trigger uses schedule_job's trigger).
+	url := func(name string) string { return "https://agate.dev/schemas/command/" + name + ".json" }
 	for _, name := range known {
 		path := "json/command/" + name + ".json"
 		raw, err := fs.ReadFile(schemas.JSON, path)
@@ -67,13 +79,14 @@ func newValidator() (*validator, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parsing schema %s: %w", path, err)
 		}
-		url := "https://agate.dev/schemas/command/" + name + ".json"
-		if err := c.AddResource(url, doc); err != nil {
+		if err := c.AddResource(url(name), doc); err != nil {
 			return nil, fmt.Errorf("adding schema %s: %w", path, err)
 		}
-		sch, err := c.Compile(url)
+	}
+	for _, name := range known {
+		sch, err := c.Compile(url(name))
 		if err != nil {
-			return nil, fmt.Errorf("compiling schema %s: %w", path, err)
+			return nil, fmt.Errorf("compiling schema of %s: %w", name, err)
 		}
 		v.schemas[name] = sch
 	}

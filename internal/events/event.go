@@ -25,6 +25,13 @@ const (
 	TypeClaimDropped       = "agate.claim.dropped"
 	TypeTriggerRepaired    = "agate.trigger.repaired"
 	TypeJobDeleted         = "agate.job.deleted"
+	TypeJobAdded           = "agate.job.added"
+	TypeTriggerRescheduled = "agate.trigger.rescheduled"
+	TypeTriggerUpdated     = "agate.trigger.updated"
+	TypeTriggerPaused      = "agate.trigger.paused"
+	TypeTriggerResumed     = "agate.trigger.resumed"
+	TypeGroupPaused        = "agate.group.paused"
+	TypeGroupResumed       = "agate.group.resumed"
 	TypeJobRecovered       = "agate.job.recovered"
 	TypeCalendarAdded      = "agate.calendar.added"
 	TypeCalendarDeleted    = "agate.calendar.deleted"
@@ -55,6 +62,7 @@ const (
 	AggregateTrigger  = "trigger"
 	AggregateCommand  = "command"
 	AggregateCalendar = "calendar"
+	AggregateGroup    = "group" // a trigger group; "*" for pause_all and resume_all
 )
 
 // Event is one entry of the log. Data is the CloudEvents data member; Topic is the NATS subject

@@ -22,19 +22,13 @@ where sched_name = $1 and instance_id <> $2
 delete from scheduler_state where sched_name = $1 and instance_id = any($2) and instance_id <> $3;
 
 -- name: SelectMisfired
-select trigger_group, trigger_name, schedule, next_fire_time, prev_fire_time, times_triggered,
+select trigger_group, trigger_name, state, schedule, next_fire_time, prev_fire_time, times_triggered,
        coalesce(calendar_name, '')
 from triggers
 where sched_name = $1 and state = 'WAITING' and misfire_instr <> 'ignore_misfire_policy'
   and next_fire_time < $2 and partition % $4 = $5
 order by next_fire_time
 limit $3;
-
--- name: UpdateMisfired
-update triggers
-set next_fire_time = $4, prev_fire_time = $5, times_triggered = $6, schedule = $7,
-    state = case when $4::timestamptz is null then 'COMPLETE' else state end
-where sched_name = $1 and trigger_group = $2 and trigger_name = $3 and state = 'WAITING' and next_fire_time = $8;
 
 -- name: Leave
 delete from scheduler_state where sched_name = $1 and instance_id = $2;

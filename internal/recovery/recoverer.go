@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -19,7 +18,6 @@ import (
 	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/testsignal"
-	"github.com/agatesched/agate/internal/trigger"
 	"github.com/agatesched/agate/internal/wake"
 )
 
@@ -280,16 +278,6 @@ func (r *Recoverer) recoverFailed(ctx context.Context) (failed []string, release
 	return failed, released, nil
 }
 
-// misfired is a trigger found past its misfire threshold.
-type misfired struct {
-	key      events.Key
-	schedule []byte
-	next     time.Time
-	prev     *time.Time
-	times    int
-	calendar string
-}
-
 func (r *Recoverer) handleMisfires(ctx context.Context) (int, error) {
 	total := 0
 	for p := range r.cfg.Locks.Count() {
@@ -327,70 +315,33 @@ func (r *Recoverer) misfiresIn(ctx context.Context, p int) (int, error) {
 		if err != nil {
 			return fmt.Errorf("selecting misfired triggers: %w", err)
 		}
-		ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (misfired, error) {
-			var m misfired
-			err := row.Scan(&m.key.Group, &m.key.Name, &m.schedule, &m.next, &m.prev, &m.times, &m.calendar)
-			return m, err
-		})
+		ms, err := pgx.CollectRows(rows, store.ScanTriggerTimes)
 		if err != nil {
 			return fmt.Errorf("selecting misfired triggers: %w", err)
 		}
 		names := make([]string, len(ms))
 		for i, m := range ms {
-			names[i] = m.calendar
+			names[i] = m.Calendar
 		}
 		cals, err := store.LoadCalendars(ctx, tx, ns, names)
 		if err != nil {
 			return err
 		}
 		for _, m := range ms {
-			if err := r.misfire(ctx, tx, m, cals, now); err != nil {
+			evs, broken, err := store.ApplyMisfire(ctx, tx, r.origin, m, cals, now, store.StateWaiting)
+			if err != nil {
 				return err
 			}
+			if broken != nil {
+				r.cfg.Logger.ErrorContext(ctx, "trigger put in ERROR: its next fire time cannot be computed",
+					slog.String("trigger", m.Key.String()), slog.String("reason", broken.Error()))
+			}
+			tx.Append(evs...)
 		}
 		handled = len(ms)
 		return nil
 	})
 	return handled, err
-}
-
-// misfire applies a trigger's misfire instruction (Quartz's updateAfterMisfire) and logs it.
-func (r *Recoverer) misfire(ctx context.Context, tx *outbox.Tx, m misfired, cals store.Calendars, now time.Time) error {
-	cal, err := cals.For(m.calendar)
-	var t *trigger.Trigger
-	if err == nil {
-		t, err = trigger.Restore(m.schedule, &m.next, m.prev, m.times)
-	}
-	if err != nil {
-		return r.setError(ctx, tx, m.key, err, now)
-	}
-	t.UpdateAfterMisfire(cal, now)
-	schedule, err := json.Marshal(t.Definition)
-	if err != nil {
-		return fmt.Errorf("encoding trigger schedule: %w", err)
-	}
-	if _, err := tx.Exec(ctx, queries.Get("UpdateMisfired"), r.cfg.Namespace, m.key.Group, m.key.Name,
-		store.NullTime(t.NextFireTime), store.NullTime(t.PreviousFireTime), t.TimesTriggered, schedule, m.next); err != nil {
-		return fmt.Errorf("rescheduling misfired trigger %s: %w", m.key, err)
-	}
-	ev, err := r.origin.Trigger(events.TypeTriggerMisfired, m.key, now, map[string]any{
-		"trigger": m.key, "missedFireTime": m.next.UTC(), "nextFireTime": store.NullTime(t.NextFireTime),
-		"instruction": cmp.Or(t.Misfire, "smart_policy")})
-	if err != nil {
-		return err
-	}
-	tx.Append(ev)
-	return nil
-}
-
-// setError puts a trigger whose schedule cannot be computed in ERROR, with an event, so that the
-// scan does not select it again and again.
-func (r *Recoverer) setError(ctx context.Context, tx *outbox.Tx, k events.Key, cause error, now time.Time) error {
-	r.cfg.Logger.ErrorContext(ctx, "trigger put in ERROR: its next fire time cannot be computed",
-		slog.String("trigger", k.String()), slog.String("reason", cause.Error()))
-	evs, err := store.SetTriggerError(ctx, tx, r.origin, map[events.Key]string{k: cause.Error()}, now)
-	tx.Append(evs...)
-	return err
 }
 
 // Leave is a graceful exit from the cluster: this node's claims not yet fired go back to WAITING

@@ -189,6 +189,43 @@ func (t *Trigger) UpdateAfterMisfire(cal Calendar, now time.Time) {
 	}
 }
 
+// UpdateWithNewCalendar recomputes NextFireTime after the trigger's calendar was replaced
+// (Quartz's updateWithNewCalendar, run by storeCalendar with updateTriggers): the first fire
+// time after the previous fire (after now when it never fired) that cal includes, stepping over
+// fire times that lie more than misfireThreshold before now.
+func (t *Trigger) UpdateWithNewCalendar(cal Calendar, now time.Time, misfireThreshold time.Duration) {
+	c, err := t.compile()
+	if err != nil {
+		t.NextFireTime = time.Time{}
+		return
+	}
+	now = utcMilli(now)
+	after := t.PreviousFireTime
+	if after.IsZero() {
+		after = now
+	}
+	next := t.fireTimeAfter(c, after)
+	if cal == nil {
+		t.NextFireTime = next
+		return
+	}
+	for range maxCalendarSkips {
+		if next.IsZero() || cal.IsTimeIncluded(next) {
+			t.NextFireTime = next
+			return
+		}
+		next = t.fireTimeAfter(c, next)
+		if next.IsZero() || next.UTC().Year() > maxYear {
+			t.NextFireTime = time.Time{}
+			return
+		}
+		if next.Before(now) && now.Sub(next) >= misfireThreshold {
+			next = t.fireTimeAfter(c, next)
+		}
+	}
+	t.NextFireTime = time.Time{}
+}
+
 // FinalFireTime returns the last time the trigger will fire (Quartz getFinalFireTime), ignoring
 // calendars; ok is false when there is none or it is unbounded. Quartz 2.3.2 cannot compute
 // it for cron triggers (CronExpression.getTimeBefore returns null), so neither do we.

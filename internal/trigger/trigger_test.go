@@ -302,3 +302,40 @@ func TestRestoreRoundTrip(t *testing.T) {
 		t.Fatal("an unreadable schedule was restored")
 	}
 }
+
+// Quartz's updateWithNewCalendar: the next fire after the previous one that the new calendar
+// includes, stepping over the ones more than the misfire threshold in the past; after now for a
+// trigger that never fired; without a calendar, simply the fire after the previous one.
+func TestUpdateWithNewCalendar(t *testing.T) {
+	cal, err := ParseCalendar([]byte(`{"type":"daily","start":"09:00","end":"12:30","timeZone":"UTC"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := ParseCalendar([]byte(`{"type":"daily","start":"09:00","end":"09:30","timeZone":"UTC"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hourly := Definition{StartAt: ptr(mustParse(t, "2026-11-20T06:00:00Z")), Simple: &SimpleSchedule{Interval: "1h", RepeatCount: -1}}
+	for _, c := range []struct {
+		name, prev, now string
+		cal             Calendar
+		want            string
+	}{
+		{"excluded hours skipped", "2026-11-20T08:00:00Z", "2026-11-20T08:30:00Z", cal, "2026-11-20T13:00:00Z"},
+		{"a past fire beyond the threshold skipped", "2026-11-20T08:00:00Z", "2026-11-20T10:30:00Z", short, "2026-11-20T11:00:00Z"},
+		{"a past fire within the threshold kept", "2026-11-20T08:00:00Z", "2026-11-20T10:00:30Z", short, "2026-11-20T10:00:00Z"},
+		{"never fired: after now", "", "2026-11-20T13:30:00Z", cal, "2026-11-20T14:00:00Z"},
+		{"no calendar: the fire after the previous one", "2026-11-20T07:00:00Z", "2026-11-20T10:30:00Z", nil, "2026-11-20T08:00:00Z"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := &Trigger{Definition: hourly, NextFireTime: mustParse(t, "2026-11-20T09:00:00Z")}
+			if c.prev != "" {
+				tr.PreviousFireTime, tr.TimesTriggered = mustParse(t, c.prev), 1
+			}
+			tr.UpdateWithNewCalendar(c.cal, mustParse(t, c.now), time.Minute)
+			if got := tr.NextFireTime.UTC().Format(time.RFC3339); got != c.want {
+				t.Errorf("next fire %s, want %s", got, c.want)
+			}
+		})
+	}
+}

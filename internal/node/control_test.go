@@ -1,0 +1,62 @@
+package node_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/node"
+)
+
+// Pausing a group stops every trigger in it at once — a claim made ahead before the pause is
+// dropped, not fired — and a trigger added to it later starts paused; resuming the group starts
+// them all again. Triggers of other groups fire throughout. In both lock modes.
+func TestPauseGroupStopsItsTriggers(t *testing.T) {
+	lockModes(t, func(t *testing.T, mode func(*node.Config)) {
+		e := newEnv(t)
+		e.startNode("n1", func(c *node.Config) { mode(c); c.FireAhead = 500 * time.Millisecond })
+		e.startWorker("w1", nil, nil)
+		t0 := time.Now().Add(500 * time.Millisecond)
+		for i, group := range []string{"paused", "paused", "other"} {
+			name := group + string(rune('a'+i))
+			if out := e.request("schedule_job", map[string]any{"id": name, "job": job("g", name, "noop", nil, nil),
+				"triggers": []any{repeating(group, name, t0, 50*time.Millisecond, -1)}}); !out.OK {
+				t.Fatalf("schedule_job: %+v", out.Error)
+			}
+		}
+		fired := func(group string) int {
+			return e.count(`select count(*) from events where sched_name = $1 and type = $2 and data->'trigger'->>'group' = $3`,
+				e.ns, events.TypeJobFired, group)
+		}
+		e.waitFor(10*time.Second, "both groups to fire", func() bool { return fired("paused") >= 10 && fired("other") >= 5 })
+
+		if out := e.request("pause_group", map[string]any{"id": "pause", "group": "paused"}); !out.OK {
+			t.Fatalf("pause_group: %+v", out.Error)
+		}
+		if out := e.request("schedule_job", map[string]any{"id": "later", "job": job("g", "later", "noop", nil, nil),
+			"triggers": []any{repeating("paused", "later", time.Now(), 50*time.Millisecond, -1)}}); !out.OK {
+			t.Fatalf("schedule_job: %+v", out.Error)
+		}
+		// Every fire of the paused group committed before the pause's own transaction.
+		var pausedAt int64
+		if err := e.pool.QueryRow(t.Context(), `select seq from events where sched_name = $1 and type = $2 and aggregate_id = 'paused'`,
+			e.ns, events.TypeGroupPaused).Scan(&pausedAt); err != nil {
+			t.Fatal(err)
+		}
+		otherAtPause := fired("other")
+		e.waitFor(10*time.Second, "the other group to go on firing", func() bool { return fired("other") >= otherAtPause+20 })
+		if n := e.count(`select count(*) from events where sched_name = $1 and type = $2 and data->'trigger'->>'group' = 'paused' and seq > $3`,
+			e.ns, events.TypeJobFired, pausedAt); n != 0 {
+			t.Fatalf("%d fires of the paused group after the pause", n)
+		}
+		if n := e.count(`select count(*) from triggers where sched_name = $1 and trigger_group = 'paused' and state <> 'PAUSED'`, e.ns); n != 0 {
+			t.Fatalf("%d triggers of the paused group are not PAUSED", n)
+		}
+
+		if out := e.request("resume_group", map[string]any{"id": "resume", "group": "paused"}); !out.OK {
+			t.Fatalf("resume_group: %+v", out.Error)
+		}
+		e.waitCount(10*time.Second, "the added trigger to fire after the resume", 1,
+			`select count(*) from events where sched_name = $1 and type = $2 and data->'trigger'->>'name' = 'later'`, e.ns, events.TypeJobFired)
+	})
+}
