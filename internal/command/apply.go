@@ -23,6 +23,8 @@ type ScheduleJob struct {
 	Job      JobSpec       `json:"job"`
 	Triggers []TriggerSpec `json:"triggers"`
 	Replace  bool          `json:"replace"`
+	// ExpectedVersion, with replace, is the version of the job it replaces.
+	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
 }
 
 // JobSpec is a job as a producer describes it.
@@ -58,14 +60,16 @@ type KeyRef struct {
 
 // DeleteJob is the delete_job command.
 type DeleteJob struct {
-	ID  string `json:"id"`
-	Job KeyRef `json:"job"`
+	ID              string `json:"id"`
+	Job             KeyRef `json:"job"`
+	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
 }
 
 // UnscheduleTrigger is the unschedule_trigger command.
 type UnscheduleTrigger struct {
-	ID      string `json:"id"`
-	Trigger KeyRef `json:"trigger"`
+	ID              string `json:"id"`
+	Trigger         KeyRef `json:"trigger"`
+	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
 }
 
 // ScheduledTrigger is one entry of an accepted schedule_job's result.
@@ -82,6 +86,31 @@ type applyCtx struct {
 	now         time.Time
 	commandID   string
 	traceParent string
+	// replaced holds the versions of triggers deleted by this command to be stored again under
+	// the same key: the new row's version follows on, so a reader's version never comes back.
+	replaced map[events.Key]int64
+}
+
+// checkVersion refuses the command (failed_precondition, field expectedVersion) when expected
+// is set and the version of what the query reads (locking its row) differs, or it does not exist.
+func (a *applyCtx) checkVersion(ctx context.Context, expected *int64, what, query string, args ...any) error {
+	if expected == nil {
+		return nil
+	}
+	var v int64
+	err := a.tx.QueryRow(ctx, queries.Get(query), append([]any{a.h.cfg.Namespace}, args...)...).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return reject(&Error{Code: CodeFailedPrecondition, Field: "expectedVersion",
+			Message: fmt.Sprintf("%s does not exist, so it is not at version %d", what, *expected)})
+	}
+	if err != nil {
+		return fmt.Errorf("reading the version of %s: %w", what, err)
+	}
+	if v != *expected {
+		return reject(&Error{Code: CodeFailedPrecondition, Field: "expectedVersion",
+			Message: fmt.Sprintf("%s is at version %d, not %d: it changed since it was read; read it again and retry", what, v, *expected)})
+	}
+	return nil
 }
 
 func (a *applyCtx) event(typ, aggregate, aggregateID, kind string, data any) error {
@@ -108,6 +137,10 @@ func (a *applyCtx) scheduleJob(ctx context.Context, c *ScheduleJob) (any, error)
 	}
 	timeoutMilli, err := a.checkJob(c.Job)
 	if err != nil {
+		return nil, err
+	}
+	if err := a.checkVersion(ctx, c.ExpectedVersion, "job "+c.Job.Group+"."+c.Job.Name,
+		"JobVersion", c.Job.Group, c.Job.Name); err != nil {
 		return nil, err
 	}
 	trigs, err := a.newTriggers(ctx, c.Triggers)
@@ -261,7 +294,7 @@ func (a *applyCtx) storeTrigger(ctx context.Context, job storedJob, ts TriggerSp
 		return ScheduledTrigger{}, reject(&Error{Code: CodeAlreadyExists, Field: field,
 			Message: fmt.Sprintf("trigger %s.%s already exists (for job %s.%s)", ts.Group, ts.Name, og, on)})
 	default:
-		if _, err := a.tx.Exec(ctx, queries.Get("DeleteTrigger"), ns, ts.Group, ts.Name); err != nil {
+		if err := a.deleteTrigger(ctx, ts.Group, ts.Name, nil); err != nil {
 			return ScheduledTrigger{}, fmt.Errorf("replacing trigger: %w", err)
 		}
 	}
@@ -288,7 +321,8 @@ func (a *applyCtx) storeTrigger(ctx context.Context, job storedJob, ts TriggerSp
 	next := t.NextFireTime.UTC()
 	if _, err := a.tx.Exec(ctx, queries.Get("InsertTrigger"), ns, ts.Group, ts.Name, job.Group, job.Name,
 		kindOf(t.Definition), schedule, start, t.EndAt, ts.Calendar, priority, misfireOf(t.Definition),
-		next, state, nullable(a.traceParent), tdata, store.SlotOf(job.Group, job.Name)); err != nil {
+		next, state, nullable(a.traceParent), tdata, store.SlotOf(job.Group, job.Name),
+		a.replaced[events.Key{Group: ts.Group, Name: ts.Name}]+1); err != nil {
 		return ScheduledTrigger{}, fmt.Errorf("storing trigger %s.%s: %w", ts.Group, ts.Name, err)
 	}
 	key := events.Key{Group: ts.Group, Name: ts.Name}
@@ -313,8 +347,31 @@ func (a *applyCtx) calendar(ctx context.Context, name *string, field string) (tr
 	return cals.For(*name)
 }
 
+// deleteTrigger deletes a trigger and remembers its version for a trigger stored again under
+// its key; job, when not nil, receives the trigger's job. It returns pgx.ErrNoRows when the
+// trigger does not exist.
+func (a *applyCtx) deleteTrigger(ctx context.Context, group, name string, job *KeyRef) error {
+	var jk KeyRef
+	var v int64
+	if err := a.tx.QueryRow(ctx, queries.Get("DeleteTrigger"), a.h.cfg.Namespace, group, name).Scan(&jk.Group, &jk.Name, &v); err != nil {
+		return err
+	}
+	if a.replaced == nil {
+		a.replaced = map[events.Key]int64{}
+	}
+	a.replaced[events.Key{Group: group, Name: name}] = v
+	if job != nil {
+		*job = jk
+	}
+	return nil
+}
+
 func (a *applyCtx) deleteJob(ctx context.Context, c *DeleteJob) (any, error) {
 	ns := a.h.cfg.Namespace
+	if err := a.checkVersion(ctx, c.ExpectedVersion, "job "+c.Job.Group+"."+c.Job.Name,
+		"JobVersion", c.Job.Group, c.Job.Name); err != nil {
+		return nil, err
+	}
 	var durable bool
 	err := a.tx.QueryRow(ctx, queries.Get("JobExists"), ns, c.Job.Group, c.Job.Name).Scan(&durable)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -337,8 +394,13 @@ func (a *applyCtx) deleteJob(ctx context.Context, c *DeleteJob) (any, error) {
 
 func (a *applyCtx) unscheduleTrigger(ctx context.Context, c *UnscheduleTrigger) (any, error) {
 	ns := a.h.cfg.Namespace
-	var jg, jn string
-	err := a.tx.QueryRow(ctx, queries.Get("DeleteTrigger"), ns, c.Trigger.Group, c.Trigger.Name).Scan(&jg, &jn)
+	if err := a.checkVersion(ctx, c.ExpectedVersion, "trigger "+c.Trigger.Group+"."+c.Trigger.Name,
+		"TriggerVersion", c.Trigger.Group, c.Trigger.Name); err != nil {
+		return nil, err
+	}
+	var jk KeyRef
+	err := a.deleteTrigger(ctx, c.Trigger.Group, c.Trigger.Name, &jk)
+	jg, jn := jk.Group, jk.Name
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, reject(&Error{Code: CodeNotFound, Field: "trigger",
 			Message: fmt.Sprintf("trigger %s.%s does not exist", c.Trigger.Group, c.Trigger.Name)})
@@ -365,16 +427,18 @@ func (a *applyCtx) unscheduleTrigger(ctx context.Context, c *UnscheduleTrigger) 
 
 // AddCalendar is the add_calendar command.
 type AddCalendar struct {
-	ID       string          `json:"id"`
-	Name     string          `json:"name"`
-	Calendar json.RawMessage `json:"calendar"`
-	Replace  bool            `json:"replace"`
+	ID              string          `json:"id"`
+	Name            string          `json:"name"`
+	Calendar        json.RawMessage `json:"calendar"`
+	Replace         bool            `json:"replace"`
+	ExpectedVersion *int64          `json:"expectedVersion,omitempty"`
 }
 
 // DeleteCalendar is the delete_calendar command.
 type DeleteCalendar struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
+	ID              string `json:"id"`
+	Name            string `json:"name"`
+	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
 }
 
 func (a *applyCtx) addCalendar(ctx context.Context, c *AddCalendar) (any, error) {
@@ -385,6 +449,10 @@ func (a *applyCtx) addCalendar(ctx context.Context, c *AddCalendar) (any, error)
 			return nil, reject(invalid(strings.TrimSuffix("calendar."+fe.Field, "."), "%s", fe.Message))
 		}
 		return nil, reject(invalid("calendar", "%v", err))
+	}
+	if err := a.checkVersion(ctx, c.ExpectedVersion, fmt.Sprintf("calendar %q", c.Name),
+		"CalendarVersion", c.Name); err != nil {
+		return nil, err
 	}
 	var replaced bool
 	err = a.tx.QueryRow(ctx, queries.Get("UpsertCalendar"), a.h.cfg.Namespace, c.Name, c.Calendar, c.Replace).Scan(&replaced)
@@ -449,6 +517,10 @@ func (a *applyCtx) applyCalendar(ctx context.Context, name string, cal trigger.C
 
 func (a *applyCtx) deleteCalendar(ctx context.Context, c *DeleteCalendar) (any, error) {
 	ns := a.h.cfg.Namespace
+	if err := a.checkVersion(ctx, c.ExpectedVersion, fmt.Sprintf("calendar %q", c.Name),
+		"CalendarVersion", c.Name); err != nil {
+		return nil, err
+	}
 	var users int
 	if err := a.tx.QueryRow(ctx, queries.Get("CalendarInUse"), ns, c.Name).Scan(&users); err != nil {
 		return nil, fmt.Errorf("reading calendar users: %w", err)

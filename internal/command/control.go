@@ -32,6 +32,8 @@ type AddJob struct {
 	ID      string  `json:"id"`
 	Job     JobSpec `json:"job"`
 	Replace bool    `json:"replace"`
+	// ExpectedVersion, with replace, is the version of the job it replaces.
+	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
 }
 
 // ScheduleTrigger is the schedule_trigger command: a new trigger for an existing job.
@@ -44,15 +46,17 @@ type ScheduleTrigger struct {
 // RescheduleTrigger is the reschedule_trigger command: a trigger replaced by another (of any
 // kind, under the same key or a new one) for the same job.
 type RescheduleTrigger struct {
-	ID         string      `json:"id"`
-	Trigger    KeyRef      `json:"trigger"`
-	NewTrigger TriggerSpec `json:"newTrigger"`
+	ID              string      `json:"id"`
+	Trigger         KeyRef      `json:"trigger"`
+	NewTrigger      TriggerSpec `json:"newTrigger"`
+	ExpectedVersion *int64      `json:"expectedVersion,omitempty"`
 }
 
 // TriggerRef is the body of pause_trigger and resume_trigger.
 type TriggerRef struct {
-	ID      string `json:"id"`
-	Trigger KeyRef `json:"trigger"`
+	ID              string `json:"id"`
+	Trigger         KeyRef `json:"trigger"`
+	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
 }
 
 // GroupRef is the body of pause_group and resume_group.
@@ -82,6 +86,10 @@ func (a *applyCtx) addJob(ctx context.Context, c *AddJob) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.checkVersion(ctx, c.ExpectedVersion, "job "+c.Job.Group+"."+c.Job.Name,
+		"JobVersion", c.Job.Group, c.Job.Name); err != nil {
+		return nil, err
+	}
 	replaced, err := a.storeJob(ctx, c.Job, c.Replace, timeoutMilli)
 	if err != nil {
 		return nil, err
@@ -108,9 +116,11 @@ func (a *applyCtx) scheduleTrigger(ctx context.Context, c *ScheduleTrigger) (any
 }
 
 func (a *applyCtx) rescheduleTrigger(ctx context.Context, c *RescheduleTrigger) (any, error) {
-	ns := a.h.cfg.Namespace
+	if err := a.checkTriggerVersion(ctx, c.ExpectedVersion, c.Trigger); err != nil {
+		return nil, err
+	}
 	var jk KeyRef
-	err := a.tx.QueryRow(ctx, queries.Get("DeleteTrigger"), ns, c.Trigger.Group, c.Trigger.Name).Scan(&jk.Group, &jk.Name)
+	err := a.deleteTrigger(ctx, c.Trigger.Group, c.Trigger.Name, &jk)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, reject(&Error{Code: CodeNotFound, Field: "trigger",
 			Message: fmt.Sprintf("trigger %s.%s does not exist", c.Trigger.Group, c.Trigger.Name)})
@@ -151,7 +161,14 @@ func renameField(err error, prefix, name string) error {
 	return err
 }
 
+func (a *applyCtx) checkTriggerVersion(ctx context.Context, expected *int64, k KeyRef) error {
+	return a.checkVersion(ctx, expected, "trigger "+k.Group+"."+k.Name, "TriggerVersion", k.Group, k.Name)
+}
+
 func (a *applyCtx) pauseTrigger(ctx context.Context, c *TriggerRef) (any, error) {
+	if err := a.checkTriggerVersion(ctx, c.ExpectedVersion, c.Trigger); err != nil {
+		return nil, err
+	}
 	var from, to string
 	err := a.tx.QueryRow(ctx, queries.Get("PauseTrigger"), a.h.cfg.Namespace, c.Trigger.Group, c.Trigger.Name).Scan(&from, &to)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -170,6 +187,9 @@ func (a *applyCtx) pauseTrigger(ctx context.Context, c *TriggerRef) (any, error)
 }
 
 func (a *applyCtx) resumeTrigger(ctx context.Context, c *TriggerRef) (any, error) {
+	if err := a.checkTriggerVersion(ctx, c.ExpectedVersion, c.Trigger); err != nil {
+		return nil, err
+	}
 	var exists bool
 	if err := a.tx.QueryRow(ctx, queries.Get("TriggerExists"), a.h.cfg.Namespace, c.Trigger.Group, c.Trigger.Name).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("reading trigger: %w", err)

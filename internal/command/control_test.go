@@ -78,6 +78,18 @@ func (e *env) wantState(group, name, want string) {
 	}
 }
 
+// wantVersion checks the version of the only row of table in the namespace.
+func (e *env) wantVersion(table string, want int64) {
+	e.t.Helper()
+	var v int64
+	if err := e.f.Pool.QueryRow(e.t.Context(), `select version from `+table+` where sched_name = $1`, e.f.Namespace()).Scan(&v); err != nil {
+		e.t.Fatal(err)
+	}
+	if v != want {
+		e.t.Errorf("%s at version %d, want %d", table, v, want)
+	}
+}
+
 // lastSeq is the log's last sequence number.
 func (e *env) lastSeq() int64 {
 	var seq int64
@@ -210,6 +222,27 @@ func TestCommands(t *testing.T) {
 			e.f.Exec(e.t, `update triggers set state = 'BLOCKED' where sched_name = $1`, e.f.Namespace())
 		}, cmd: "pause_trigger", body: `{"trigger":{"group":"g","name":"t"}}`, events: []string{events.TypeTriggerPaused},
 			check: func(e *env, _ Outcome) { e.wantState("g", "t", "PAUSED_BLOCKED") }},
+		{name: "pause_trigger at its version", setup: func(e *env) { e.must("schedule_job", scheduleJob("j", "g", trig("g", "t", future))) },
+			cmd: "pause_trigger", body: `{"trigger":{"group":"g","name":"t"},"expectedVersion":1}`, events: []string{events.TypeTriggerPaused},
+			check: func(e *env, _ Outcome) { e.wantVersion("triggers", 2) }},
+		{name: "pause_trigger stale version", setup: func(e *env) {
+			e.must("schedule_job", scheduleJob("j", "g", trig("g", "t", future)))
+			e.must("pause_trigger", `{"trigger":{"group":"g","name":"t"}}`)
+			e.must("resume_trigger", `{"trigger":{"group":"g","name":"t"}}`)
+		}, cmd: "pause_trigger", body: `{"trigger":{"group":"g","name":"t"},"expectedVersion":2}`,
+			code: CodeFailedPrecondition, field: "expectedVersion",
+			check: func(e *env, _ Outcome) { e.wantState("g", "t", "WAITING"); e.wantVersion("triggers", 3) }},
+		{name: "reschedule_trigger keeps counting versions", setup: func(e *env) { e.must("schedule_job", scheduleJob("j", "g", trig("g", "t", future))) },
+			cmd: "reschedule_trigger", body: `{"trigger":{"group":"g","name":"t"},"expectedVersion":1,"newTrigger":` + trig("g", "t", future) + `}`,
+			events: []string{events.TypeTriggerScheduled, events.TypeTriggerRescheduled},
+			check: func(e *env, _ Outcome) { e.wantVersion("triggers", 2) }},
+		{name: "add_job replace stale version", setup: func(e *env) {
+			e.must("add_job", `{`+durableJob+`}`)
+			e.must("add_job", `{`+durableJob+`,"replace":true}`)
+		}, cmd: "add_job", body: `{` + durableJob + `,"replace":true,"expectedVersion":1}`, code: CodeFailedPrecondition, field: "expectedVersion",
+			check: func(e *env, _ Outcome) { e.wantVersion("job_details", 2) }},
+		{name: "delete_job missing at a version", cmd: "delete_job", body: `{"job":{"group":"g","name":"j"},"expectedVersion":1}`,
+			code: CodeFailedPrecondition, field: "expectedVersion"},
 		{name: "pause_trigger missing", cmd: "pause_trigger", body: `{"trigger":{"group":"g","name":"t"}}`,
 			code: CodeNotFound, field: "trigger"},
 

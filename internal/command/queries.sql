@@ -15,7 +15,7 @@ values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 on conflict (sched_name, job_group, job_name) do update
 set job_type = excluded.job_type, description = excluded.description, durable = excluded.durable,
     nonconcurrent = excluded.nonconcurrent, requests_recovery = excluded.requests_recovery,
-    timeout_ms = excluded.timeout_ms, data = excluded.data;
+    timeout_ms = excluded.timeout_ms, data = excluded.data, version = job_details.version + 1;
 
 -- name: TriggerOwner
 select job_group, job_name from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3;
@@ -26,13 +26,13 @@ select exists (select 1 from fired_triggers
 
 -- name: DeleteTrigger
 delete from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3
-returning job_group, job_name;
+returning job_group, job_name, version;
 
 -- name: InsertTrigger
 insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_name, kind, schedule, start_time,
                       end_time, calendar_name, priority, misfire_instr, next_fire_time, prev_fire_time,
-                      times_triggered, state, trace_context, data, partition)
-values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, null, 0, $14, $15, $16, $17);
+                      times_triggered, state, trace_context, data, partition, version)
+values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, null, 0, $14, $15, $16, $17, $18);
 
 -- name: DeleteJobTriggers
 delete from triggers where sched_name = $1 and job_group = $2 and job_name = $3;
@@ -50,7 +50,7 @@ where j.sched_name = $1 and j.job_group = $2 and j.job_name = $3 and not j.durab
 -- $4: replace an existing calendar of the same name. Returns nothing when it exists and $4 is false.
 insert into calendars (sched_name, calendar_name, calendar) values ($1, $2, $3)
 -- Returns whether it replaced one (xmax is set on a row the upsert updated).
-on conflict (sched_name, calendar_name) do update set calendar = excluded.calendar where $4
+on conflict (sched_name, calendar_name) do update set calendar = excluded.calendar, version = calendars.version + 1 where $4
 returning xmax <> '0'::xid;
 
 -- name: CalendarInUse
@@ -89,7 +89,8 @@ select exists (select 1 from triggers where sched_name = $1 and trigger_group = 
 -- stay. Returns the state before and after (the self-join reads the row as it was).
 update triggers t
 set state = case t.state when 'WAITING' then 'PAUSED' when 'ACQUIRED' then 'PAUSED'
-                         when 'BLOCKED' then 'PAUSED_BLOCKED' else t.state end
+                         when 'BLOCKED' then 'PAUSED_BLOCKED' else t.state end,
+    version = t.version + case when t.state in ('WAITING', 'ACQUIRED', 'BLOCKED') then 1 else 0 end
 from triggers old
 where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3
   and old.sched_name = t.sched_name and old.trigger_group = t.trigger_group and old.trigger_name = t.trigger_name
@@ -127,7 +128,7 @@ for update of t;
 
 -- name: SetTriggerStates
 -- Each trigger to its state, guarded by the state it was read in.
-update triggers t set state = c.to_state
+update triggers t set state = c.to_state, version = t.version + 1
 from unnest($2::text[], $3::text[], $4::text[], $5::text[]) as c(g, n, from_state, to_state)
 where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n and t.state = c.from_state;
 
@@ -141,7 +142,7 @@ with recorded as (
     select distinct $1, trigger_group from triggers where sched_name = $1 and $2 = $3
     on conflict do nothing
 ), paused as (
-    update triggers set state = case state when 'BLOCKED' then 'PAUSED_BLOCKED' else 'PAUSED' end
+    update triggers set state = case state when 'BLOCKED' then 'PAUSED_BLOCKED' else 'PAUSED' end, version = version + 1
     where sched_name = $1 and ($2 = $3 or trigger_group = $2) and state in ('WAITING', 'ACQUIRED', 'BLOCKED')
     returning 1
 )
@@ -168,7 +169,16 @@ for update;
 -- New next fire times after a calendar changed: none left → COMPLETE; a claim made ahead is
 -- given up (ACQUIRED → WAITING), so the fire step drops it.
 update triggers t
-set next_fire_time = c.next,
+set next_fire_time = c.next, version = t.version + 1,
     state = case when c.next is null then 'COMPLETE' when t.state = 'ACQUIRED' then 'WAITING' else t.state end
 from unnest($2::text[], $3::text[], $4::timestamptz[]) as c(g, n, next)
 where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n;
+
+-- name: JobVersion
+select version from job_details where sched_name = $1 and job_group = $2 and job_name = $3 for update;
+
+-- name: TriggerVersion
+select version from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3 for update;
+
+-- name: CalendarVersion
+select version from calendars where sched_name = $1 and calendar_name = $2 for update;

@@ -103,6 +103,6 @@ returning j.job_group, j.job_name;
 -- A misfired trigger's new schedule and fire times, guarded by the state ($9) and next fire time
 -- ($8) it was read with; it goes to state $10, or COMPLETE when it will not fire again.
 update triggers
-set next_fire_time = $4, prev_fire_time = $5, times_triggered = $6, schedule = $7,
+set next_fire_time = $4, prev_fire_time = $5, times_triggered = $6, schedule = $7, version = version + 1,
     state = case when $4::timestamptz is null then 'COMPLETE' else $10 end
 where sched_name = $1 and trigger_group = $2 and trigger_name = $3 and state = $9 and next_fire_time = $8;
