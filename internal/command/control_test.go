@@ -235,7 +235,7 @@ func TestCommands(t *testing.T) {
 		{name: "reschedule_trigger keeps counting versions", setup: func(e *env) { e.must("schedule_job", scheduleJob("j", "g", trig("g", "t", future))) },
 			cmd: "reschedule_trigger", body: `{"trigger":{"group":"g","name":"t"},"expectedVersion":1,"newTrigger":` + trig("g", "t", future) + `}`,
 			events: []string{events.TypeTriggerScheduled, events.TypeTriggerRescheduled},
-			check: func(e *env, _ Outcome) { e.wantVersion("triggers", 2) }},
+			check:  func(e *env, _ Outcome) { e.wantVersion("triggers", 2) }},
 		{name: "add_job replace stale version", setup: func(e *env) {
 			e.must("add_job", `{`+durableJob+`}`)
 			e.must("add_job", `{`+durableJob+`,"replace":true}`)
