@@ -38,6 +38,7 @@ type JobSpec struct {
 	Durable          bool            `json:"durable"`
 	Timeout          string          `json:"timeout,omitempty"`
 	Description      string          `json:"description,omitempty"`
+	PersistData      bool            `json:"persistData"`
 }
 
 // TriggerSpec is a trigger as a producer describes it: its key, its schedule (the embedded
@@ -229,7 +230,7 @@ func (a *applyCtx) storeJob(ctx context.Context, job JobSpec, replace bool, time
 		data = json.RawMessage("{}")
 	}
 	if _, err := a.tx.Exec(ctx, queries.Get("UpsertJob"), ns, job.Group, job.Name, job.Type, job.Description,
-		job.Durable, job.Nonconcurrent, job.RequestsRecovery, timeoutMilli, data); err != nil {
+		job.Durable, job.Nonconcurrent, job.RequestsRecovery, timeoutMilli, data, job.PersistData); err != nil {
 		return exists, fmt.Errorf("storing job: %w", err)
 	}
 	return exists, nil

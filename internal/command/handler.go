@@ -1,7 +1,6 @@
 package command
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -121,7 +120,7 @@ func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
 	if !json.Valid(body) {
 		return h.rejectUnread(ctx, cmd, body, invalid("", "body is not valid JSON"))
 	}
-	if hasNUL(body) {
+	if store.JSONHasNUL(body) {
 		return h.rejectUnread(ctx, cmd, body, invalid("", "body contains a NUL character (\\u0000), which Agate cannot store; remove it"))
 	}
 	id := commandID(body)
@@ -271,24 +270,6 @@ func commandID(body []byte) string {
 		return ""
 	}
 	return id
-}
-
-// hasNUL reports whether a JSON body holds a NUL character in a string: PostgreSQL's text and
-// jsonb cannot store one.
-func hasNUL(body []byte) bool {
-	if !bytes.Contains(body, []byte(`\u0000`)) {
-		return false // the only way valid JSON spells NUL
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
-			return true
-		}
-	}
 }
 
 // GiveUp ends a command that failed with an internal error on every delivery: it is recorded as

@@ -10,12 +10,12 @@ select durable from job_details where sched_name = $1 and job_group = $2 and job
 
 -- name: UpsertJob
 insert into job_details (sched_name, job_group, job_name, job_type, description, durable, nonconcurrent,
-                         requests_recovery, timeout_ms, data)
-values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                         requests_recovery, timeout_ms, data, persist_data)
+values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 on conflict (sched_name, job_group, job_name) do update
 set job_type = excluded.job_type, description = excluded.description, durable = excluded.durable,
     nonconcurrent = excluded.nonconcurrent, requests_recovery = excluded.requests_recovery,
-    timeout_ms = excluded.timeout_ms, data = excluded.data, version = job_details.version + 1;
+    timeout_ms = excluded.timeout_ms, data = excluded.data, persist_data = excluded.persist_data, version = job_details.version + 1;
 
 -- name: TriggerOwner
 select job_group, job_name from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3;

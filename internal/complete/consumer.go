@@ -3,6 +3,8 @@ package complete
 import (
 	"cmp"
 	"context"
+	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +23,11 @@ import (
 	"github.com/agatesched/agate/internal/testsignal"
 	"github.com/agatesched/agate/internal/wake"
 )
+
+//go:embed queries.sql
+var queriesSQL string
+
+var queries = store.ParseQueries(queriesSQL)
 
 // Defaults of Config.
 const (
@@ -202,6 +209,34 @@ func (o Outcome) ends() bool {
 	return o.Type == events.TypeJobCompleted || (o.Result.Error != nil && o.Result.Error.Final)
 }
 
+// storeData stores the job data that completed runs handed back on their jobs, those that
+// persist their data (Quartz's PersistJobDataAfterExecution), once per execution. Data that is
+// not a JSON object, or that PostgreSQL cannot store, is dropped with a warning: the completion
+// itself must not fail because of it.
+func (c *Consumer) storeData(ctx context.Context, tx *outbox.Tx, outs []Outcome, ended map[uuid.UUID]store.Ended) error {
+	var g, n, data []string
+	for _, o := range outs {
+		d := o.Result.Data
+		if _, ok := ended[o.Result.FireID]; !ok || o.Type != events.TypeJobCompleted || len(d) == 0 {
+			continue
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(d, &obj); err != nil || obj == nil || store.JSONHasNUL(d) {
+			c.cfg.Logger.WarnContext(ctx, "ignoring the job data a run handed back: not a JSON object PostgreSQL can store",
+				slog.String("job", o.Result.Job.Key().String()), slog.String("fire_id", o.Result.FireID.String()))
+			continue
+		}
+		g, n, data = append(g, o.Result.Job.Group), append(n, o.Result.Job.Name), append(data, string(d))
+	}
+	if len(g) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, queries.Get("StoreJobData"), c.cfg.Namespace, g, n, data); err != nil {
+		return fmt.Errorf("storing job data handed back by runs: %w", err)
+	}
+	return nil
+}
+
 // Applied says what Apply did.
 type Applied struct {
 	Ended    int // executions ended: their fired rows deleted
@@ -238,6 +273,9 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 		}
 		released, err := c.origin.Released(keys, events.ReleaseJobCompleted, time.Now(), nil)
 		if err != nil {
+			return err
+		}
+		if err := c.storeData(ctx, tx, outs, ended); err != nil {
 			return err
 		}
 		// An execution ends once: a second ending outcome for a fire whose row is already gone

@@ -151,6 +151,8 @@ type JobFired struct {
 	Recovering       bool            `json:"recovering"`
 	Nonconcurrent    bool            `json:"nonconcurrent"`
 	Timeout          string          `json:"timeout,omitempty"`
+	// PersistData says the job stores the data a completed run hands back (JobResult.Data).
+	PersistData bool `json:"persistData,omitempty"`
 }
 
 // JobResult is the data of agate.job.completed and agate.job.failed.
@@ -164,6 +166,8 @@ type JobResult struct {
 	FinishedTime  time.Time `json:"finishedTime"`
 	Attempt       int       `json:"attempt"`
 	Error         *JobError `json:"error,omitempty"`
+	// Data is the job data a completed run hands back, stored on a job that persists its data.
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // JobError says why a job failed and whether it will be tried again.

@@ -215,6 +215,7 @@ type row struct {
 	jobType      string
 	jobData      []byte
 	timeoutMilli *int64
+	persistData  bool
 }
 
 func (f *Firer) load(ctx context.Context, tx pgx.Tx, claims []store.Claim) (map[events.Key]*row, error) {
@@ -232,7 +233,7 @@ func (f *Firer) load(ctx context.Context, tx pgx.Tx, claims []store.Claim) (map[
 		var key events.Key
 		r := &row{}
 		if err := rows.Scan(&key.Group, &key.Name, &r.state, &r.next, &r.prev, &r.times, &r.schedule, &r.calendar,
-			&r.triggerData, &r.traceParent, &r.jobType, &r.jobData, &r.timeoutMilli); err != nil {
+			&r.triggerData, &r.traceParent, &r.jobType, &r.jobData, &r.timeoutMilli, &r.persistData); err != nil {
 			return nil, fmt.Errorf("loading claimed triggers: %w", err)
 		}
 		out[key] = r
@@ -416,6 +417,7 @@ func (f *Firer) jobFired(ctx context.Context, fires []firing, now time.Time) ([]
 			FiredTime:     now.UTC(),
 			NextFireTime:  store.NullTime(fi.trig.NextFireTime),
 			Nonconcurrent: c.Nonconcurrent,
+			PersistData:   r.persistData,
 		}
 		if r.prev != nil {
 			jf.PreviousFireTime = store.NullTime(*r.prev)

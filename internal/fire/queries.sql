@@ -1,7 +1,7 @@
 -- name: LoadForFire
 select t.trigger_group, t.trigger_name, t.state, t.next_fire_time, t.prev_fire_time, t.times_triggered,
        t.schedule, coalesce(t.calendar_name, ''), t.data, coalesce(t.trace_context, ''),
-       j.job_type, j.data, j.timeout_ms
+       j.job_type, j.data, j.timeout_ms, j.persist_data
 from unnest($2::text[], $3::text[]) as c(g, n)
 join triggers t on t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n
 join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name;

@@ -1,11 +1,16 @@
 package node_test
 
 import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
+	"github.com/agatesched/agate/internal/worker"
 )
 
 // Pausing a group stops every trigger in it at once — a claim made ahead before the pause is
@@ -59,4 +64,36 @@ func TestPauseGroupStopsItsTriggers(t *testing.T) {
 		e.waitCount(10*time.Second, "the added trigger to fire after the resume", 1,
 			`select count(*) from events where sched_name = $1 and type = $2 and data->'trigger'->>'name' = 'later'`, e.ns, events.TypeJobFired)
 	})
+}
+
+// A stateful job (persistData, nonconcurrent): each run hands back new job data and the next run
+// sees it, as with Quartz's @PersistJobDataAfterExecution.
+func TestStatefulJobSeesTheDataItsLastRunHandedBack(t *testing.T) {
+	e := newEnv(t)
+	e.startNode("n1", func(c *node.Config) { c.JobTypes = append(node.BuiltinJobTypes(), "counter") })
+	var mu sync.Mutex
+	var seen []float64
+	e.startWorker("w1", nil, map[string]worker.HandlerFunc{"counter": func(ctx context.Context, j worker.Job) error {
+		var d struct {
+			Count float64 `json:"count"`
+		}
+		if err := json.Unmarshal(j.Data, &d); err != nil {
+			return err
+		}
+		mu.Lock()
+		seen = append(seen, d.Count)
+		mu.Unlock()
+		return j.SetData(map[string]any{"count": d.Count + 1})
+	}})
+	if out := e.request("schedule_job", map[string]any{"id": "stateful",
+		"job":      job("g", "counter", "counter", map[string]any{"count": 0}, map[string]any{"nonconcurrent": true, "persistData": true}),
+		"triggers": []any{repeating("g", "counter", time.Now(), 100*time.Millisecond, 4)}}); !out.OK {
+		t.Fatalf("schedule_job: %+v", out.Error)
+	}
+	e.waitCount(20*time.Second, "five runs", 5, `select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []float64{0, 1, 2, 3, 4}; !slices.Equal(seen, want) {
+		t.Fatalf("the runs saw counts %v, want %v", seen, want)
+	}
 }

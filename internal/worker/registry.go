@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,32 @@ type Job struct {
 	Attempt int
 	// Logger is the worker's logger with the job, fire id and attempt attached.
 	Logger *slog.Logger
+
+	out *output
+}
+
+// output is what a run hands back besides its error.
+type output struct {
+	data json.RawMessage
+}
+
+// SetData hands back new job data (a JSON object, which replaces the job's own data) with the
+// run's completion. A job scheduled with persistData (Quartz's PersistJobDataAfterExecution)
+// stores it, so its next run sees it; make such a job nonconcurrent so runs do not race. Data
+// set by a run that fails is not stored.
+func (j Job) SetData(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding job data: %w", err)
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return fmt.Errorf("job data must be a JSON object, got %.20s", b)
+	}
+	if j.out == nil {
+		return errors.New("SetData called on a Job the worker did not hand out")
+	}
+	j.out.data = b
+	return nil
 }
 
 // HandlerFunc runs one job. It must honour ctx: it is cancelled at the job's timeout. A nil

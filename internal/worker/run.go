@@ -133,7 +133,8 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	h, _ := w.reg.Handler(typ)
 	started := time.Now()
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	err := callHandler(runCtx, h, Job{JobFired: fired, Attempt: attempt, Logger: log})
+	out := &output{}
+	err := callHandler(runCtx, h, Job{JobFired: fired, Attempt: attempt, Logger: log, out: out})
 	if err != nil && errors.Is(runCtx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("job timed out after %s: %w", timeout, err)
 	}
@@ -153,7 +154,9 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 		Worker: w.cfg.InstanceID, StartedTime: started.UTC(), FinishedTime: finished.UTC(), Attempt: attempt,
 	}
 	evType, final := events.TypeJobCompleted, true
-	if err != nil {
+	if err == nil {
+		result.Data = out.data
+	} else {
 		retryable := !IsPermanent(err)
 		final = !retryable || attempt >= w.cfg.MaxDeliver
 		evType = events.TypeJobFailed
