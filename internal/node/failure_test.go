@@ -461,3 +461,38 @@ func TestAbandonsExecutionsThatCanNoLongerFinish(t *testing.T) {
 		})
 	}
 }
+
+// A live node whose recovery pass waits for a lock longer than the check-in grace (held here as
+// a node paused inside a transaction would hold it) is not declared failed: its heartbeat checks
+// in on its own.
+func TestNodeWaitingForALockIsNotDeclaredFailed(t *testing.T) {
+	e := newEnv(t)
+	signals := map[string]*node.TestSignals{"n1": {}, "n2": {}}
+	for id, s := range signals {
+		s.Recovery.Pass.Init()
+		e.startNode(id, func(c *node.Config) { c.TestSignals = s })
+	}
+	for _, s := range signals {
+		s.Recovery.Pass.Wait(t)
+	}
+	tx, err := e.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `select 1 from locks where sched_name = $1 and lock_name = $2 for update`,
+		e.ns, store.LockStateAccess); err != nil {
+		t.Fatal(err)
+	}
+	grace := 2*time.Second + 7500*time.Millisecond // 2 × the harness's 1 s check-in interval + 7.5 s
+	time.Sleep(grace + 2*time.Second)               // how long the lock is held: the fault, not a wait for something
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for id, s := range signals {
+		for range 2 {
+			if r := s.Recovery.Pass.Wait(t); len(r.FailedNodes) > 0 || r.Fenced {
+				t.Fatalf("%s's pass after the lock wait: failed nodes %v, fenced %v", id, r.FailedNodes, r.Fenced)
+			}
+		}
+	}
+}

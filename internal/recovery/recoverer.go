@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,6 +77,8 @@ type Recoverer struct {
 	outbox    *outbox.Outbox
 	origin    events.Origin
 	epoch     int64 // of this node's membership row; 0 until it joins and after it is fenced
+	// beating is the epoch the heartbeat checks in under (0: none), shared with it.
+	beating atomic.Int64
 	firstDone bool  // this membership's first pass (which gives back an earlier run's claims) is done
 	passes    int
 	clockNote string // what was last logged about the clock, to log changes only
@@ -115,7 +118,15 @@ func (r *Recoverer) Join(ctx context.Context) error {
 }
 
 // Run checks in and scans every CheckinInterval until ctx is cancelled.
+//
+// Besides the check-in at the start of each pass, a heartbeat checks in on its own every
+// CheckinInterval: a pass may wait long for locks (behind a node paused inside a transaction,
+// or a restarting database), and a live node waiting for a lock must not look dead to the
+// others. The pass alone handles finding itself fenced and rejoining.
 func (r *Recoverer) Run(ctx context.Context) error {
+	beat := make(chan struct{})
+	go func() { defer close(beat); r.heartbeat(ctx) }()
+	defer func() { <-beat }()
 	t := time.NewTicker(r.cfg.CheckinInterval)
 	defer t.Stop()
 	for {
@@ -128,6 +139,30 @@ func (r *Recoverer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+	}
+}
+
+// heartbeat checks in every CheckinInterval under the epoch the last pass joined with, until
+// ctx ends. A check-in that finds no row (the node was declared failed) changes nothing here.
+func (r *Recoverer) heartbeat(ctx context.Context) {
+	t := time.NewTicker(r.cfg.CheckinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		epoch := r.beating.Load()
+		if epoch == 0 {
+			continue
+		}
+		bctx, cancel := context.WithTimeout(ctx, r.cfg.CheckinInterval)
+		_, err := r.pool.Exec(bctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID, r.cfg.CheckinInterval.Milliseconds(), epoch)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			r.cfg.Logger.DebugContext(ctx, "heartbeat check-in failed", slog.Any("error", err))
 		}
 	}
 }
@@ -162,6 +197,7 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 				"paused, overloaded or cut off from the database); it stopped claiming, and rejoins under a new epoch",
 				slog.Int64("old_epoch", r.epoch))
 			r.epoch, r.firstDone, res.Fenced = 0, false, true
+			r.beating.Store(0)
 		}
 	}
 	if r.epoch == 0 {
@@ -177,6 +213,7 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	res.FailedNodes, res.Released = failed, released
 	r.firstDone = true
 	r.cfg.Member.Set(r.epoch)
+	r.beating.Store(r.epoch)
 	misfired, err := r.handleMisfires(ctx)
 	res.Misfired = misfired
 	if err == nil && r.passes%r.cfg.HealEvery == 0 {
