@@ -484,7 +484,7 @@ func TestNodeWaitingForALockIsNotDeclaredFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	grace := 2*time.Second + 7500*time.Millisecond // 2 × the harness's 1 s check-in interval + 7.5 s
-	time.Sleep(grace + 2*time.Second)               // how long the lock is held: the fault, not a wait for something
+	time.Sleep(grace + 2*time.Second)              // how long the lock is held: the fault, not a wait for something
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -72,14 +72,14 @@ type Config struct {
 
 // Recoverer runs check-in, failed-node recovery and the misfire scan.
 type Recoverer struct {
-	cfg       Config
-	pool      *pgxpool.Pool
-	outbox    *outbox.Outbox
-	origin    events.Origin
-	epoch     int64 // of this node's membership row; 0 until it joins and after it is fenced
+	cfg    Config
+	pool   *pgxpool.Pool
+	outbox *outbox.Outbox
+	origin events.Origin
+	epoch  int64 // of this node's membership row; 0 until it joins and after it is fenced
 	// beating is the epoch the heartbeat checks in under (0: none), shared with it.
-	beating atomic.Int64
-	firstDone bool  // this membership's first pass (which gives back an earlier run's claims) is done
+	beating   atomic.Int64
+	firstDone bool // this membership's first pass (which gives back an earlier run's claims) is done
 	passes    int
 	clockNote string // what was last logged about the clock, to log changes only
 
