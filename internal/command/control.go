@@ -361,3 +361,42 @@ func (a *applyCtx) triggerJob(ctx context.Context, c *TriggerJob) (any, error) {
 	}
 	return map[string]any{"trigger": st}, nil
 }
+
+// InterruptJob is the interrupt_job command: cancel the runs in progress of a job, or of one fire.
+type InterruptJob struct {
+	ID     string    `json:"id"`
+	Job    *KeyRef   `json:"job,omitempty"`
+	FireID uuid.UUID `json:"fireId,omitzero"`
+}
+
+// interruptJob asks the workers, through a JobInterruptRequested event, to cancel the runs in
+// progress (Quartz's interrupt): a worker running one cancels its handler's context, and the run
+// ends as a final JobFailed with interrupted: true, unless the handler finishes anyway. Runs that
+// start after the request are not interrupted. The result says how many executions were in
+// flight; none is not an error (Quartz's interrupt returns false).
+func (a *applyCtx) interruptJob(ctx context.Context, c *InterruptJob) (any, error) {
+	ns := a.h.cfg.Namespace
+	var job events.Key
+	var executing int
+	if c.Job != nil {
+		if _, err := a.loadJob(ctx, *c.Job, "job"); err != nil {
+			return nil, err
+		}
+		job = events.Key{Group: c.Job.Group, Name: c.Job.Name}
+		if err := a.tx.QueryRow(ctx, queries.Get("JobExecutions"), ns, job.Group, job.Name).Scan(&executing); err != nil {
+			return nil, fmt.Errorf("reading the job's executions: %w", err)
+		}
+	} else {
+		err := a.tx.QueryRow(ctx, queries.Get("FireExecuting"), ns, c.FireID).Scan(&job.Group, &job.Name)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, reject(&Error{Code: CodeNotFound, Field: "fireId",
+				Message: fmt.Sprintf("fire %s is not executing (it ended, or never was)", c.FireID)})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the fire: %w", err)
+		}
+		executing = 1
+	}
+	return map[string]any{"executing": executing}, a.event(events.TypeJobInterruptRequested, events.AggregateJob, job.String(), "job",
+		events.InterruptRequest{Job: job, FireID: c.FireID, Executing: executing, CommandID: a.commandID})
+}

@@ -34,6 +34,7 @@ func TestAnyBodyEndsAppliedOrRejected(t *testing.T) {
 		[]byte(`{"id":"s11","group":"g"}`),
 		[]byte(`{"id":"s12"}`),
 		[]byte(`{"id":"s13","job":{"group":"g","name":"j2"},"data":{"extra":true}}`),
+		[]byte(`{"id":"s14","fireId":"0193a5e8-9bfe-7a00-b111-222233334444"}`),
 	}
 	commands := append(slices.Clone(known), "no_such_command")
 	rng := rand.New(rand.NewPCG(1, 2)) // seeded: a failure replays exactly

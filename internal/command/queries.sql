@@ -182,3 +182,9 @@ select version from triggers where sched_name = $1 and trigger_group = $2 and tr
 
 -- name: CalendarVersion
 select version from calendars where sched_name = $1 and calendar_name = $2 for update;
+
+-- name: JobExecutions
+select count(*) from fired_triggers where sched_name = $1 and job_group = $2 and job_name = $3 and state = 'EXECUTING';
+
+-- name: FireExecuting
+select job_group, job_name from fired_triggers where sched_name = $1 and entry_id = $2 and state = 'EXECUTING';

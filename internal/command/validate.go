@@ -42,6 +42,7 @@ var decoders = map[string]decoder{
 	"add_job":            decodeAs((*applyCtx).addJob),
 	"delete_calendar":    decodeAs((*applyCtx).deleteCalendar),
 	"delete_job":         decodeAs((*applyCtx).deleteJob),
+	"interrupt_job":      decodeAs((*applyCtx).interruptJob),
 	"pause_all":          decodeAs((*applyCtx).pauseAll),
 	"pause_group":        decodeAs((*applyCtx).pauseGroup),
 	"pause_trigger":      decodeAs((*applyCtx).pauseTrigger),

@@ -13,30 +13,31 @@ import (
 
 // Event types (CloudEvents "type").
 const (
-	TypeJobFired           = "agate.job.fired"
-	TypeJobCompleted       = "agate.job.completed"
-	TypeJobFailed          = "agate.job.failed"
-	TypeTriggerScheduled   = "agate.trigger.scheduled"
-	TypeTriggerUnscheduled = "agate.trigger.unscheduled"
-	TypeTriggerCompleted   = "agate.trigger.completed"
-	TypeTriggerMisfired    = "agate.trigger.misfired"
-	TypeTriggerReleased    = "agate.trigger.released"
-	TypeTriggerError       = "agate.trigger.error"
-	TypeClaimDropped       = "agate.claim.dropped"
-	TypeTriggerRepaired    = "agate.trigger.repaired"
-	TypeJobDeleted         = "agate.job.deleted"
-	TypeJobAdded           = "agate.job.added"
-	TypeTriggerRescheduled = "agate.trigger.rescheduled"
-	TypeTriggerUpdated     = "agate.trigger.updated"
-	TypeTriggerPaused      = "agate.trigger.paused"
-	TypeTriggerResumed     = "agate.trigger.resumed"
-	TypeGroupPaused        = "agate.group.paused"
-	TypeGroupResumed       = "agate.group.resumed"
-	TypeJobRecovered       = "agate.job.recovered"
-	TypeCalendarAdded      = "agate.calendar.added"
-	TypeCalendarDeleted    = "agate.calendar.deleted"
-	TypeCommandAccepted    = "agate.command.accepted"
-	TypeCommandRejected    = "agate.command.rejected"
+	TypeJobFired              = "agate.job.fired"
+	TypeJobCompleted          = "agate.job.completed"
+	TypeJobFailed             = "agate.job.failed"
+	TypeTriggerScheduled      = "agate.trigger.scheduled"
+	TypeTriggerUnscheduled    = "agate.trigger.unscheduled"
+	TypeTriggerCompleted      = "agate.trigger.completed"
+	TypeTriggerMisfired       = "agate.trigger.misfired"
+	TypeTriggerReleased       = "agate.trigger.released"
+	TypeTriggerError          = "agate.trigger.error"
+	TypeClaimDropped          = "agate.claim.dropped"
+	TypeTriggerRepaired       = "agate.trigger.repaired"
+	TypeJobDeleted            = "agate.job.deleted"
+	TypeJobAdded              = "agate.job.added"
+	TypeJobInterruptRequested = "agate.job.interrupt_requested"
+	TypeTriggerRescheduled    = "agate.trigger.rescheduled"
+	TypeTriggerUpdated        = "agate.trigger.updated"
+	TypeTriggerPaused         = "agate.trigger.paused"
+	TypeTriggerResumed        = "agate.trigger.resumed"
+	TypeGroupPaused           = "agate.group.paused"
+	TypeGroupResumed          = "agate.group.resumed"
+	TypeJobRecovered          = "agate.job.recovered"
+	TypeCalendarAdded         = "agate.calendar.added"
+	TypeCalendarDeleted       = "agate.calendar.deleted"
+	TypeCommandAccepted       = "agate.command.accepted"
+	TypeCommandRejected       = "agate.command.rejected"
 )
 
 // Reasons a TriggerReleased event gives.
@@ -155,6 +156,15 @@ type JobFired struct {
 	PersistData bool `json:"persistData,omitempty"`
 }
 
+// InterruptRequest is the data of agate.job.interrupt_requested: interrupt_job asks the
+// workers to cancel the runs of a job, or of one fire of it.
+type InterruptRequest struct {
+	Job       Key       `json:"job"`
+	FireID    uuid.UUID `json:"fireId,omitzero"`
+	Executing int       `json:"executing"` // executions in flight the scheduler knew of
+	CommandID string    `json:"commandId,omitempty"`
+}
+
 // JobResult is the data of agate.job.completed and agate.job.failed.
 type JobResult struct {
 	FireID        uuid.UUID `json:"fireId"`
@@ -176,6 +186,8 @@ type JobError struct {
 	Retryable bool   `json:"retryable"`
 	// Final is true when no further attempt follows: the scheduler then releases the trigger.
 	Final bool `json:"final"`
+	// Interrupted is true when interrupt_job cancelled the run (it is then final).
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // NewInstanceID is the default id of a process in the cluster (and in its events' source): the

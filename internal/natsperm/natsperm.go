@@ -94,7 +94,7 @@ func For(ns string, role Role) (Permissions, error) {
 				"$JS.API.CONSUMER.MSG.NEXT." + fired + ".*",
 				"$JS.ACK." + fired + ".>",
 			},
-			Subscribe: []string{"_INBOX.>", MaxDeliveriesAdvisory(ns)},
+			Subscribe: []string{"_INBOX.>", MaxDeliveriesAdvisory(ns), s.Evt("job")},
 		}, nil
 	case Producer:
 		// Sends commands, durably or as requests, and watches their outcomes.

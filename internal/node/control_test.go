@@ -3,6 +3,8 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -95,5 +97,43 @@ func TestStatefulJobSeesTheDataItsLastRunHandedBack(t *testing.T) {
 	defer mu.Unlock()
 	if want := []float64{0, 1, 2, 3, 4}; !slices.Equal(seen, want) {
 		t.Fatalf("the runs saw counts %v, want %v", seen, want)
+	}
+}
+
+// interrupt_job cancels a run in progress: its handler's context ends with ErrInterrupted as the
+// cause, and the fire ends with a final JobFailed marked interrupted (no retry).
+func TestInterruptJobCancelsTheRun(t *testing.T) {
+	e := newEnv(t)
+	e.startNode("n1", func(c *node.Config) { c.JobTypes = append(node.BuiltinJobTypes(), "long") })
+	started := make(chan struct{}, 1)
+	e.startWorker("w1", nil, map[string]worker.HandlerFunc{"long": func(ctx context.Context, j worker.Job) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), worker.ErrInterrupted) {
+			return fmt.Errorf("cancelled, but not by an interrupt: %w", context.Cause(ctx))
+		}
+		return ctx.Err()
+	}})
+	if out := e.request("schedule_job", map[string]any{"id": "long", "job": job("g", "long", "long", nil, map[string]any{"timeout": "1m"}),
+		"triggers": []any{oneShot("g", "long", time.Now())}}); !out.OK {
+		t.Fatalf("schedule_job: %+v", out.Error)
+	}
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the job did not start")
+	}
+	out := e.request("interrupt_job", map[string]any{"id": "stop-it", "job": map[string]any{"group": "g", "name": "long"}})
+	if !out.OK {
+		t.Fatalf("interrupt_job: %+v", out.Error)
+	}
+	e.waitCount(20*time.Second, "the interrupted outcome", 1, `select count(*) from events where sched_name = $1 and type = $2
+		and (data->'error'->>'interrupted')::bool and (data->'error'->>'final')::bool`, e.ns, events.TypeJobFailed)
+	if n := e.count(`select count(*) from fired_triggers where sched_name = $1`, e.ns); n != 0 {
+		t.Fatalf("%d fired rows left after the interrupted run", n)
+	}
+	// A fire id that is not executing is not found.
+	if out := e.request("interrupt_job", map[string]any{"id": "again", "fireId": "0193a5e8-9bfe-7a00-b111-222233334444"}); out.OK || out.Error.Code != "not_found" {
+		t.Fatalf("interrupt of a fire not executing: %+v", out)
 	}
 }

@@ -133,11 +133,19 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	h, _ := w.reg.Handler(typ)
 	started := time.Now()
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	runCtx, interrupt := context.WithCancelCause(runCtx)
+	forget := w.running.add(fired.FireID, fired.Job.Key(), interrupt)
 	out := &output{}
 	err := callHandler(runCtx, h, Job{JobFired: fired, Attempt: attempt, Logger: log, out: out})
-	if err != nil && errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+	forget()
+	interrupted := err != nil && errors.Is(context.Cause(runCtx), ErrInterrupted)
+	switch {
+	case interrupted:
+		err = Permanent(fmt.Errorf("%w: %w", ErrInterrupted, err))
+	case err != nil && errors.Is(runCtx.Err(), context.DeadlineExceeded):
 		err = fmt.Errorf("job timed out after %s: %w", timeout, err)
 	}
+	interrupt(nil)
 	cancel()
 	finished := time.Now()
 
@@ -160,7 +168,8 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 		retryable := !IsPermanent(err)
 		final = !retryable || attempt >= w.cfg.MaxDeliver
 		evType = events.TypeJobFailed
-		result.Error = &events.JobError{Message: truncate(err.Error(), maxErrorMessage), Retryable: retryable, Final: final}
+		result.Error = &events.JobError{Message: truncate(err.Error(), maxErrorMessage), Retryable: retryable, Final: final,
+			Interrupted: interrupted}
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}

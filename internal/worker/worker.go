@@ -77,6 +77,7 @@ type Worker struct {
 	slots    chan struct{} // a token per running job: the Concurrency bound across all types
 
 	reconnected broadcast // fired each time the NATS connection is re-established
+	running     executions
 }
 
 // broadcast wakes every waiter each time it fires.
@@ -190,6 +191,11 @@ func (w *Worker) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	intSub, err := w.subscribeInterrupts(ctx)
+	if err != nil {
+		return fmt.Errorf("worker: subscribing to interrupt requests: %w", err)
+	}
+	defer func() { _ = intSub.Unsubscribe() }()
 	w.log.InfoContext(ctx, "worker started", "namespace", w.cfg.Namespace, "types", types,
 		"concurrency", w.cfg.Concurrency)
 
