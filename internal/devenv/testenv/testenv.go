@@ -56,6 +56,7 @@ var mainCalled atomic.Bool
 func Main(m *testing.M) {
 	mainCalled.Store(true)
 	code := m.Run()
+	process.cleanup()
 	shutdown()
 	if code == 0 {
 		if err := goleak.Find(LeakOptions()...); err != nil {

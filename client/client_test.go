@@ -1,0 +1,103 @@
+package client_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/agatesched/agate/client"
+)
+
+// The client against a real scheduler node: typed commands, results, errors matched by code
+// with errors.Is, the field of a rejection, generated ids, and idempotent replay of a given id.
+func TestClientCommands(t *testing.T) {
+	cl := startCluster(t, "clienttest")
+	c := client.New(cl.nc, client.Options{Namespace: cl.ns})
+	ctx := t.Context()
+	job := client.Job{Group: "reports", Name: "daily", Type: "noop"}
+	cmd := client.ScheduleJob{ID: "schedule-daily", Job: job,
+		Triggers: []client.Trigger{client.Cron("reports", "nightly", "0 0 2 * * ?", "Europe/Paris"), client.Every("reports", "often", time.Hour)}}
+	triggers, err := c.ScheduleJob(ctx, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(triggers) != 2 || triggers[0].NextFireTime == nil {
+		t.Fatalf("scheduled %+v, want two triggers with fire times", triggers)
+	}
+	// The same id again answers the same; a new id for the same job is already_exists.
+	if again, err := c.ScheduleJob(ctx, cmd); err != nil || len(again) != 2 || !again[0].NextFireTime.Equal(*triggers[0].NextFireTime) {
+		t.Fatalf("replay: %+v, %v", again, err)
+	}
+	cmd.ID = ""
+	_, err = c.ScheduleJob(ctx, cmd)
+	var rej *client.Error
+	if !errors.Is(err, client.ErrAlreadyExists) || !errors.As(err, &rej) || rej.Field != "job" {
+		t.Fatalf("scheduling the job again: %v; want already_exists on field job", err)
+	}
+
+	nightly := client.Key{Group: "reports", Name: "nightly"}
+	if state, err := c.PauseTrigger(ctx, nightly, nil); err != nil || state != "PAUSED" {
+		t.Fatalf("pause: %q, %v", state, err)
+	}
+	stale := int64(1)
+	if _, err := c.ResumeTrigger(ctx, nightly, &stale); !errors.Is(err, client.ErrFailedPrecondition) {
+		t.Fatalf("resume at a stale version: %v; want failed_precondition", err)
+	}
+	if state, err := c.ResumeTrigger(ctx, nightly, nil); err != nil || state != "WAITING" {
+		t.Fatalf("resume: %q, %v", state, err)
+	}
+	if _, err := c.PauseTrigger(ctx, client.Key{Group: "reports", Name: "missing"}, nil); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("pausing a missing trigger: %v; want not_found", err)
+	}
+	if n, err := c.PauseGroup(ctx, "reports"); err != nil || n != 2 {
+		t.Fatalf("pause_group: %d, %v; want 2 paused", n, err)
+	}
+	if n, err := c.ResumeAll(ctx); err != nil || n != 2 {
+		t.Fatalf("resume_all: %d, %v; want 2 resumed", n, err)
+	}
+	manual, err := c.TriggerJob(ctx, client.Key{Group: "reports", Name: "daily"}, map[string]any{"reason": "now"})
+	if err != nil || manual.Group != "DEFAULT" {
+		t.Fatalf("trigger_job: %+v, %v", manual, err)
+	}
+	_, err = c.ScheduleTrigger(ctx, client.Key{Group: "reports", Name: "daily"}, client.Cron("reports", "bad", "0 0 25 * * ?", ""))
+	if !errors.Is(err, client.ErrInvalidArgument) || !errors.As(err, &rej) || rej.Field != "trigger.cron.expression" {
+		t.Fatalf("a bad cron expression: %v; want invalid_argument on trigger.cron.expression", err)
+	}
+	if err := c.DeleteJob(ctx, client.Key{Group: "reports", Name: "daily"}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The publisher sends many commands asynchronously on the durable subjects; each is applied once.
+func TestPublisherAppliesEveryCommand(t *testing.T) {
+	cl := startCluster(t, "clientpub")
+	p := client.NewPublisher(cl.js, cl.ns, 64)
+	var cmds []client.BatchCommand
+	for i := range 300 {
+		cmds = append(cmds, client.BatchCommand{Name: "schedule_job", Body: client.ScheduleJob{
+			Job:      client.Job{Group: "batch", Name: fmt.Sprintf("j%03d", i), Type: "noop"},
+			Triggers: []client.Trigger{client.OneShot("batch", fmt.Sprintf("t%03d", i), time.Now().Add(time.Hour))}}})
+	}
+	ids, err := p.Publish(t.Context(), cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 300 || ids[0] == "" || ids[0] == ids[1] {
+		t.Fatalf("ids %v…, want 300 distinct generated ids", ids[:2])
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var n int
+		if err := cl.pool.QueryRow(t.Context(), `select count(*) from triggers where sched_name = $1`, cl.ns).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 300 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 300 published commands applied after a minute", n)
+		}
+		time.Sleep(50 * time.Millisecond) // applied by the node from the stream: no signal reaches this process
+	}
+}

@@ -1,0 +1,88 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agatesched/agate/client"
+	"github.com/agatesched/agate/internal/devenv/testenv"
+)
+
+// exampleCluster is a scheduler node of namespace "examples" that the examples share, started
+// on first use and stopped when the test binary ends.
+var exampleCluster = sync.OnceValue(func() *cluster { return startCluster(testenv.Process(), "examples") })
+
+// Schedule a job with a cron trigger and read its first fire time.
+func Example() {
+	ctx := context.Background()
+	c := client.New(exampleCluster().nc, client.Options{Namespace: "examples"})
+	triggers, err := c.ScheduleJob(ctx, client.ScheduleJob{
+		Job:      client.Job{Group: "reports", Name: "daily-stats", Type: "noop", Nonconcurrent: true},
+		Triggers: []client.Trigger{client.Cron("reports", "nightly", "0 0 2 * * ?", "Europe/Paris")},
+	})
+	if err != nil {
+		fmt.Println("rejected:", err)
+		return
+	}
+	paris, _ := time.LoadLocation("Europe/Paris")
+	fmt.Println(triggers[0].Name, "fires next at", triggers[0].NextFireTime.In(paris).Format("15:04"))
+	// Output: nightly fires next at 02:00
+}
+
+// A rejection carries the contract's code, which errors.Is matches, and the field it is about.
+func ExampleError() {
+	ctx := context.Background()
+	c := client.New(exampleCluster().nc, client.Options{Namespace: "examples"})
+	_, err := c.ScheduleJob(ctx, client.ScheduleJob{
+		Job:      client.Job{Group: "reports", Name: "broken", Type: "noop"},
+		Triggers: []client.Trigger{client.Cron("reports", "broken", "0 0 25 * * ?", "")},
+	})
+	var rej *client.Error
+	if errors.Is(err, client.ErrInvalidArgument) && errors.As(err, &rej) {
+		fmt.Println(rej.Field)
+	}
+	_, err = c.PauseTrigger(ctx, client.Key{Group: "reports", Name: "no-such-trigger"}, nil)
+	fmt.Println(errors.Is(err, client.ErrNotFound))
+	// Output:
+	// triggers[0].cron.expression
+	// true
+}
+
+// Pause a whole group, add a trigger to it (it starts paused, as in Quartz), and resume it.
+func ExampleClient_PauseGroup() {
+	ctx := context.Background()
+	c := client.New(exampleCluster().nc, client.Options{Namespace: "examples"})
+	if _, err := c.PauseGroup(ctx, "billing"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := c.ScheduleJob(ctx, client.ScheduleJob{
+		Job:      client.Job{Group: "billing", Name: "invoices", Type: "noop"},
+		Triggers: []client.Trigger{client.Every("billing", "hourly", time.Hour)},
+	}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	state, _ := c.ResumeTrigger(ctx, client.Key{Group: "billing", Name: "hourly"}, nil)
+	fmt.Println(state)
+	// Output: WAITING
+}
+
+// Publish many commands at once; each is stored by JetStream and applied once.
+func ExamplePublisher_Publish() {
+	ctx := context.Background()
+	p := client.NewPublisher(exampleCluster().js, "examples", 256)
+	var cmds []client.BatchCommand
+	for i := range 100 {
+		cmds = append(cmds, client.BatchCommand{Name: "schedule_job", Body: client.ScheduleJob{
+			Job:      client.Job{Group: "bulk", Name: fmt.Sprint("job-", i), Type: "noop"},
+			Triggers: []client.Trigger{client.OneShot("bulk", fmt.Sprint("once-", i), time.Now().Add(time.Hour))},
+		}})
+	}
+	ids, err := p.Publish(ctx, cmds)
+	fmt.Println(len(ids), err)
+	// Output: 100 <nil>
+}
