@@ -40,7 +40,9 @@ type AddJob struct {
 }
 
 // AddJob stores a durable job without triggers.
-func (c *Client) AddJob(ctx context.Context, cmd AddJob) error { return c.run(ctx, "add_job", cmd, nil) }
+func (c *Client) AddJob(ctx context.Context, cmd AddJob) error {
+	return c.run(ctx, "add_job", cmd, nil)
+}
 
 // DeleteJob deletes a job and its triggers.
 func (c *Client) DeleteJob(ctx context.Context, job Key, expectedVersion *int64) error {
