@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/agatesched/agate/client"
+	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 // The client against a real scheduler node: typed commands, results, errors matched by code
 // with errors.Is, the field of a rejection, generated ids, and idempotent replay of a given id.
 func TestClientCommands(t *testing.T) {
-	cl := startCluster(t, "clienttest")
-	c := client.New(cl.nc, client.Options{Namespace: cl.ns})
+	cl := testenv.StartNode(t, "clienttest", nil)
+	c := client.New(cl.NC, client.Options{Namespace: cl.Namespace})
 	ctx := t.Context()
 	job := client.Job{Group: "reports", Name: "daily", Type: "noop"}
 	cmd := client.ScheduleJob{ID: "schedule-daily", Job: job,
@@ -71,8 +72,8 @@ func TestClientCommands(t *testing.T) {
 
 // The publisher sends many commands asynchronously on the durable subjects; each is applied once.
 func TestPublisherAppliesEveryCommand(t *testing.T) {
-	cl := startCluster(t, "clientpub")
-	p := client.NewPublisher(cl.js, cl.ns, 64)
+	cl := testenv.StartNode(t, "clientpub", nil)
+	p := client.NewPublisher(cl.JS, cl.Namespace, 64)
 	var cmds []client.BatchCommand
 	for i := range 300 {
 		cmds = append(cmds, client.BatchCommand{Name: "schedule_job", Body: client.ScheduleJob{
@@ -89,7 +90,7 @@ func TestPublisherAppliesEveryCommand(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var n int
-		if err := cl.pool.QueryRow(t.Context(), `select count(*) from triggers where sched_name = $1`, cl.ns).Scan(&n); err != nil {
+		if err := cl.Pool.QueryRow(t.Context(), `select count(*) from triggers where sched_name = $1`, cl.Namespace).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n == 300 {

@@ -13,12 +13,12 @@ import (
 
 // exampleCluster is a scheduler node of namespace "examples" that the examples share, started
 // on first use and stopped when the test binary ends.
-var exampleCluster = sync.OnceValue(func() *cluster { return startCluster(testenv.Process(), "examples") })
+var exampleCluster = sync.OnceValue(func() *testenv.Node { return testenv.StartNode(testenv.Process(), "examples", nil) })
 
 // Schedule a job with a cron trigger and read its first fire time.
 func Example() {
 	ctx := context.Background()
-	c := client.New(exampleCluster().nc, client.Options{Namespace: "examples"})
+	c := client.New(exampleCluster().NC, client.Options{Namespace: "examples"})
 	triggers, err := c.ScheduleJob(ctx, client.ScheduleJob{
 		Job:      client.Job{Group: "reports", Name: "daily-stats", Type: "noop", Nonconcurrent: true},
 		Triggers: []client.Trigger{client.Cron("reports", "nightly", "0 0 2 * * ?", "Europe/Paris")},
@@ -35,7 +35,7 @@ func Example() {
 // A rejection carries the contract's code, which errors.Is matches, and the field it is about.
 func ExampleError() {
 	ctx := context.Background()
-	c := client.New(exampleCluster().nc, client.Options{Namespace: "examples"})
+	c := client.New(exampleCluster().NC, client.Options{Namespace: "examples"})
 	_, err := c.ScheduleJob(ctx, client.ScheduleJob{
 		Job:      client.Job{Group: "reports", Name: "broken", Type: "noop"},
 		Triggers: []client.Trigger{client.Cron("reports", "broken", "0 0 25 * * ?", "")},
@@ -54,7 +54,7 @@ func ExampleError() {
 // Pause a whole group, add a trigger to it (it starts paused, as in Quartz), and resume it.
 func ExampleClient_PauseGroup() {
 	ctx := context.Background()
-	c := client.New(exampleCluster().nc, client.Options{Namespace: "examples"})
+	c := client.New(exampleCluster().NC, client.Options{Namespace: "examples"})
 	if _, err := c.PauseGroup(ctx, "billing"); err != nil {
 		fmt.Println(err)
 		return
@@ -74,7 +74,7 @@ func ExampleClient_PauseGroup() {
 // Publish many commands at once; each is stored by JetStream and applied once.
 func ExamplePublisher_Publish() {
 	ctx := context.Background()
-	p := client.NewPublisher(exampleCluster().js, "examples", 256)
+	p := client.NewPublisher(exampleCluster().JS, "examples", 256)
 	var cmds []client.BatchCommand
 	for i := range 100 {
 		cmds = append(cmds, client.BatchCommand{Name: "schedule_job", Body: client.ScheduleJob{

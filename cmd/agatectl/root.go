@@ -38,11 +38,10 @@ func runAt(args []string, stdout, stderr io.Writer, now func() time.Time) int {
 		return 0
 	}
 	fmt.Fprintln(stderr, "agatectl:", err)
-	var ue usageError
-	if errors.As(err, &ue) || isFlagError(err) || strings.HasPrefix(err.Error(), "unknown command") {
+	if strings.HasPrefix(err.Error(), "unknown command") {
 		return 2
 	}
-	return 1
+	return exitCode(err)
 }
 
 // isFlagError recognises cobra's own argument and flag errors, which are usage errors too.
@@ -59,14 +58,25 @@ func newRootCmd(now func() time.Time) *cobra.Command {
 		Short: "Operate and inspect an Agate scheduler",
 		Long: `agatectl is the command line for Agate, a clustered job scheduler with Quartz semantics.
 
-Exit status: 0 on success, 2 when the input (arguments, flags, expression) is invalid,
-1 for any other failure.`,
+It talks to a cluster over NATS (--nats-url, NATS_URL) through Agate's Go client, as any
+producer does; every flag can also be set by the environment variable named in its help.
+
+Exit status: 0 on success; 1 when the cluster rejected the request (the message says why);
+2 when the input (arguments, flags, file, expression) is invalid; 3 when the cluster could not
+be reached or was unavailable.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return flagError{fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())}
 	})
+	var o clusterOpts
+	steer := []*cobra.Command{newScheduleCmd(&o), newPauseResumeCmd(&o, true), newPauseResumeCmd(&o, false),
+		newTriggerCmd(&o), newDeleteCmd(&o), newInterruptCmd(&o)}
+	for _, c := range steer {
+		o.bind(c)
+	}
+	root.AddCommand(steer...)
 	root.AddCommand(newCronCmd(now))
 	cli.Setup(root, "agatectl")
 	return root

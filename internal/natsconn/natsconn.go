@@ -45,13 +45,7 @@ func Connect(ctx context.Context, cfg Config) (*nats.Conn, error) {
 			log.Info("reconnected to NATS", slog.String("server", Redact(nc.ConnectedUrl())))
 		}),
 	}
-	if cfg.Creds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.Creds))
-	}
-	if cfg.CA != "" {
-		opts = append(opts, nats.RootCAs(cfg.CA))
-	}
-	nc, err := nats.Connect(cfg.URL, opts...)
+	nc, err := nats.Connect(cfg.URL, append(opts, Auth(cfg)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to NATS at %s (set --nats-url or NATS_URL): %w", Redact(cfg.URL), err)
 	}
@@ -67,6 +61,19 @@ func Connect(ctx context.Context, cfg Config) (*nats.Conn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("waiting for NATS at %s: %w", Redact(cfg.URL), ctx.Err())
 	}
+}
+
+// Auth is the credentials and TLS options of cfg, for a connection made without Connect (a
+// command-line tool that must fail fast rather than wait).
+func Auth(cfg Config) []nats.Option {
+	var opts []nats.Option
+	if cfg.Creds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.Creds))
+	}
+	if cfg.CA != "" {
+		opts = append(opts, nats.RootCAs(cfg.CA))
+	}
+	return opts
 }
 
 // Redact removes passwords and tokens from NATS URLs before they are logged.

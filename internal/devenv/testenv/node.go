@@ -1,0 +1,81 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/node"
+	"github.com/agatesched/agate/internal/store"
+)
+
+// Node is a scheduler node of one namespace run in this process on the shared test servers, for
+// tests of what talks to a cluster from outside (the client, agatectl).
+type Node struct {
+	Namespace string
+	NATSURL   string
+	NC        *nats.Conn // a connection of the test's own
+	JS        jetstream.JetStream
+	Pool      *pgxpool.Pool // on the node's database, for assertions
+}
+
+// StartNode runs a node of namespace ns on a fresh migrated database until tb ends; mod, when
+// not nil, changes its configuration.
+func StartNode(tb testing.TB, ns string, mod func(*node.Config)) *Node {
+	tb.Helper()
+	n := &Node{Namespace: ns, NATSURL: NATS(tb)}
+	dbURL := MigratedDatabase(tb)
+	var err error
+	if n.NC, err = nats.Connect(n.NATSURL); err != nil {
+		tb.Fatal(err)
+	}
+	if n.JS, err = jetstream.New(n.NC); err != nil {
+		tb.Fatal(err)
+	}
+	if err := events.EnsureStreams(tb.Context(), n.JS, ns); err != nil {
+		tb.Fatal(err)
+	}
+	if n.Pool, err = store.Open(tb.Context(), dbURL, 8); err != nil {
+		tb.Fatal(err)
+	}
+	nodePool, err := store.Open(tb.Context(), dbURL, 8)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	nodeNC, err := nats.Connect(n.NATSURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := node.Config{Namespace: ns, InstanceID: "n1", CheckinInterval: time.Second, Logger: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- node.Run(ctx, cfg, nodePool, nodeNC) }()
+	var once sync.Once
+	tb.Cleanup(func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				tb.Errorf("node: %v", err)
+			}
+			nodeNC.Close()
+			nodePool.Close()
+			n.Pool.Close()
+			for _, s := range []string{events.StreamCommands(ns), events.StreamFired(ns), events.StreamDone(ns), events.StreamEvents(ns)} {
+				_ = n.JS.DeleteStream(context.Background(), s)
+			}
+			n.NC.Close()
+		})
+	})
+	return n
+}
