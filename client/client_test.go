@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/agatesched/agate/client"
-	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/devenv/testnode"
 )
 
 // The client against a real scheduler node: typed commands, results, errors matched by code
 // with errors.Is, the field of a rejection, generated ids, and idempotent replay of a given id.
 func TestClientCommands(t *testing.T) {
-	cl := testenv.StartNode(t, "clienttest", nil)
+	cl := testnode.Start(t, "clienttest", nil)
 	c := client.New(cl.NC, client.Options{Namespace: cl.Namespace})
 	ctx := t.Context()
 	job := client.Job{Group: "reports", Name: "daily", Type: "noop"}
@@ -72,7 +72,7 @@ func TestClientCommands(t *testing.T) {
 
 // The publisher sends many commands asynchronously on the durable subjects; each is applied once.
 func TestPublisherAppliesEveryCommand(t *testing.T) {
-	cl := testenv.StartNode(t, "clientpub", nil)
+	cl := testnode.Start(t, "clientpub", nil)
 	p := client.NewPublisher(cl.JS, cl.Namespace, 64)
 	var cmds []client.BatchCommand
 	for i := range 300 {

@@ -9,11 +9,12 @@ import (
 
 	"github.com/agatesched/agate/client"
 	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/devenv/testnode"
 )
 
 // exampleCluster is a scheduler node of namespace "examples" that the examples share, started
 // on first use and stopped when the test binary ends.
-var exampleCluster = sync.OnceValue(func() *testenv.Node { return testenv.StartNode(testenv.Process(), "examples", nil) })
+var exampleCluster = sync.OnceValue(func() *testnode.Node { return testnode.Start(testenv.Process(), "examples", nil) })
 
 // Schedule a job with a cron trigger and read its first fire time.
 func Example() {

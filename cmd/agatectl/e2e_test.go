@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/devenv/testnode"
 )
 
 // agatectl is a built agatectl binary run as a subprocess against a running cluster.
@@ -70,7 +70,7 @@ const scheduleYAML = `jobs:
 // agatectl as an operator runs it: the built binary against a running cluster, through NATS
 // only; output for people and for scripts, and the documented exit codes.
 func TestAgatectlAgainstACluster(t *testing.T) {
-	n := testenv.StartNode(t, "ctl", nil)
+	n := testnode.Start(t, "ctl", nil)
 	a := buildAgatectl(t, n.NATSURL, n.Namespace)
 	file := filepath.Join(t.TempDir(), "jobs.yaml")
 	if err := os.WriteFile(file, []byte(scheduleYAML), 0o600); err != nil {

@@ -111,6 +111,7 @@ func violations(pkgs []pkg) []string {
 	}
 	devenv := module + "/internal/devenv"
 	testenv := devenv + "/testenv"
+	testnode := devenv + "/testnode"
 	for _, p := range pkgs {
 		from := p.ImportPath
 		tests := append(append([]string{}, p.TestImports...), p.XTestImports...)
@@ -131,8 +132,10 @@ func violations(pkgs []pkg) []string {
 			switch {
 			case isStep && slices.Contains(steps, to) && to != from:
 				add(from, to, "a lifecycle step's tests must not import another step")
-			case under(to, devenv) && to != testenv && !under(from, devenv) && !underAny(from, devenvUsers):
-				add(from, to, "test files outside internal/devenv, internal/bench, internal/chaos and cmd may import only internal/devenv/testenv from internal/devenv")
+			case under(to, devenv) && to != testenv && !(to == testnode && from == module+"/client") &&
+				!under(from, devenv) && !underAny(from, devenvUsers):
+				add(from, to, "test files outside internal/devenv, internal/bench, internal/chaos and cmd may import only internal/devenv/testenv "+
+					"(and the client's, testnode) from internal/devenv")
 			}
 		}
 		if under(from, module+"/cmd") {

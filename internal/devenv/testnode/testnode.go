@@ -1,4 +1,7 @@
-package testenv
+// Package testnode runs a scheduler node in the test's process on testenv's shared servers, for
+// tests of what talks to a cluster from outside (the client, agatectl). It is apart from
+// testenv, which the node's own packages use in their tests.
+package testnode
 
 import (
 	"context"
@@ -12,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
@@ -27,12 +31,12 @@ type Node struct {
 	Pool      *pgxpool.Pool // on the node's database, for assertions
 }
 
-// StartNode runs a node of namespace ns on a fresh migrated database until tb ends; mod, when
+// Start runs a node of namespace ns on a fresh migrated database until tb ends; mod, when
 // not nil, changes its configuration.
-func StartNode(tb testing.TB, ns string, mod func(*node.Config)) *Node {
+func Start(tb testing.TB, ns string, mod func(*node.Config)) *Node {
 	tb.Helper()
-	n := &Node{Namespace: ns, NATSURL: NATS(tb)}
-	dbURL := MigratedDatabase(tb)
+	n := &Node{Namespace: ns, NATSURL: testenv.NATS(tb)}
+	dbURL := testenv.MigratedDatabase(tb)
 	var err error
 	if n.NC, err = nats.Connect(n.NATSURL); err != nil {
 		tb.Fatal(err)
