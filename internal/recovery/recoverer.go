@@ -205,6 +205,9 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 			r.cfg.CheckinInterval.Milliseconds()).Scan(&r.epoch); err != nil {
 			return res, fmt.Errorf("joining the cluster: %w", err)
 		}
+		// The heartbeat keeps the new membership alive from now on, even while this pass waits
+		// for locks; claiming starts only once the pass is done (Member below).
+		r.beating.Store(r.epoch)
 	}
 	failed, released, err := r.recoverFailed(ctx)
 	if err != nil {
