@@ -53,12 +53,14 @@ from triggers
 where sched_name = $1 and trigger_group = $2 and trigger_name = $3;
 
 -- name: JobHistory
--- A job's events, newest first, before seq $5. aggregate_id is "<group>.<name>", which two keys
--- with dots can share, so the key in the data decides. Served by events_aggregate_seq.
+-- A job's events, newest first, before seq $5: a backward scan of events_aggregate_seq that
+-- stops after the page. aggregate_id is "<group>.<name>", which two keys with dots can share
+-- ("a.b"+"c", "a"+"b.c"); then ($7 false) the key in the data decides. Without dots the filter
+-- is left out, as it would make the planner guess too few rows and sort them all instead.
 select seq, id, type, source, time, aggregate_id, data
 from events
-where sched_name = $1 and aggregate = 'job' and aggregate_id = $2
-  and data->'job'->>'group' = $3 and data->'job'->>'name' = $4 and seq < $5
+where sched_name = $1 and aggregate = 'job' and aggregate_id = $2 and seq < $5
+  and ($7 or (data->'job'->>'group' = $3 and data->'job'->>'name' = $4))
 order by seq desc
 limit $6;
 
@@ -66,7 +68,8 @@ limit $6;
 -- A trigger's own events and the fire events (JobFired, JobCompleted, JobFailed) of its fires,
 -- which are logged under its job: of every job it was ever scheduled for (TriggerScheduled
 -- says which), so the history outlives the trigger. Each branch is a backward scan of
--- events_aggregate_seq that stops after one page.
+-- events_aggregate_seq that stops after one page ($7 as in JobHistory; the statistics
+-- events_trigger_key tell the planner how many of a job's events are this trigger's).
 with jobs as (
     select distinct data->'job'->>'group' as job_group, data->'job'->>'name' as job_name
     from events
@@ -76,8 +79,8 @@ with jobs as (
 select * from (
     (select seq, id, type, source, time, aggregate_id, data
      from events
-     where sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2
-       and data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4 and seq < $5
+     where sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2 and seq < $5
+       and ($7 or (data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4))
      order by seq desc
      limit $6)
     union all

@@ -7,13 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/schemas"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LeakOptions()...) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // Every query has a request and a reply schema, and every request schema is a query: a schema
 // without code, or code without a schema, is caught before a node starts.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -305,7 +306,9 @@ func (h *Handler) history(ctx context.Context, req *history) (any, error) {
 	if req.Trigger != nil {
 		field, key, stmt = "trigger", req.Trigger, "TriggerHistory"
 	}
-	rows, _ := h.pool.Query(ctx, queries.Get(stmt), h.cfg.Namespace, key.String(), key.Group, key.Name, before, n+1)
+	// "<group>.<name>" names one key when neither part has a dot.
+	exact := !strings.Contains(key.Group, ".") && !strings.Contains(key.Name, ".")
+	rows, _ := h.pool.Query(ctx, queries.Get(stmt), h.cfg.Namespace, key.String(), key.Group, key.Name, before, n+1, exact)
 	var seqs []int64
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (events.Envelope, error) {
 		var e events.Envelope
