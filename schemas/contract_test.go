@@ -26,7 +26,7 @@ const (
 // schemaBase is the prefix of every schema's $id: <schemaBase><dir>/<file>.json.
 const schemaBase = "https://agate.dev/schemas/"
 
-// marker introduces a JSON example that is a command or event body: the fenced block on the
+// marker introduces a JSON example that is a command, query, reply or event body: the fenced block on the
 // next line must validate against the named schema (json/<name>.json).
 var marker = regexp.MustCompile(`^<!--\s*schema:\s*(\S+)\s*-->\s*$`)
 
@@ -38,8 +38,9 @@ type example struct {
 }
 
 // TestContractExamples keeps docs/contract.md and the JSON Schemas in step: every JSON block
-// marked <!-- schema: dir/name --> must be valid against that schema; every command schema
-// needs a "### `name`" section; every command and event schema needs at least one example.
+// marked <!-- schema: dir/name --> must be valid against that schema; every command and query
+// schema needs a "### `name`" section; every schema needs at least one example, so every query
+// shows a request and a reply.
 func TestContractExamples(t *testing.T) {
 	t.Parallel()
 	compiled := compileAll(t)
@@ -75,6 +76,22 @@ func TestContractExamples(t *testing.T) {
 		}
 		if cmd, ok := strings.CutPrefix(name, "command/"); ok && !headings["`"+cmd+"`"] {
 			t.Errorf("command %s has a schema (json/%s.json) but no \"### `%s`\" section in %s", cmd, name, cmd, contractName)
+		}
+		// A query has a request schema (query/<name>) and a reply schema (query/<name>.reply),
+		// each with an example, and a section; error.reply is the reply of every failed query.
+		if q, ok := strings.CutPrefix(name, "query/"); ok {
+			if req, isReply := strings.CutSuffix(q, ".reply"); isReply {
+				if _, ok := compiled["query/"+req]; !ok && req != "error" {
+					t.Errorf("json/%s.json is the reply of query %s, which has no request schema json/query/%s.json", name, req, req)
+				}
+			} else {
+				if !headings["`"+q+"`"] {
+					t.Errorf("query %s has a schema (json/%s.json) but no \"### `%s`\" section in %s", q, name, q, contractName)
+				}
+				if _, ok := compiled[name+".reply"]; !ok {
+					t.Errorf("query %s has no reply schema json/%s.reply.json", q, name)
+				}
+			}
 		}
 	}
 	if len(examples) == 0 {

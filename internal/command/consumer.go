@@ -2,7 +2,6 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/events"
@@ -23,16 +21,12 @@ import (
 // DurableName is the shared durable consumer of all scheduler nodes on the COMMANDS stream.
 const DurableName = "scheduler-commands"
 
-// apiQueue is the queue group of the request-reply subscribers: one node answers each request.
-const apiQueue = "agate-scheduler"
-
-// Run consumes commands from the COMMANDS stream and answers agate.<ns>.api.* requests until ctx
-// is cancelled.
+// Run consumes commands from the COMMANDS stream until ctx is cancelled. (Requests on
+// agate.<ns>.api.<command> reach Handle through the scheduler's NATS service, internal/api.)
 //
 // The stream is consumed through a watermill Router (Recoverer turns a panic into a nack, the
-// router logs through slog and closes gracefully) over streamSubscriber; the request-reply path
-// is plain core NATS, which watermill does not model.
-func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
+// router logs through slog and closes gracefully) over streamSubscriber.
+func (h *Handler) Run(ctx context.Context, js jetstream.JetStream) error {
 	subjects := events.Subjects(h.cfg.Namespace)
 	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamCommands(h.cfg.Namespace), jetstream.ConsumerConfig{
 		Durable:       DurableName,
@@ -71,22 +65,6 @@ func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 			return errTransient // nacked: redelivered after the delay, answered then
 		})
 
-	sub, err := nc.QueueSubscribe(subjects.API("*"), apiQueue, func(m *nats.Msg) {
-		out := h.Handle(telemetry.FromHeader(ctx, m.Header), commandOf(m.Subject), m.Data)
-		reply, err := json.Marshal(out)
-		if err != nil {
-			reply = []byte(`{"ok":false,"error":{"code":"internal","message":"encoding the reply failed"}}`)
-		}
-		if m.Reply != "" {
-			if err := m.Respond(reply); err != nil {
-				h.cfg.Logger.WarnContext(ctx, "answering command request failed", slog.Any("error", err))
-			}
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("subscribing to %s: %w", subjects.API("*"), err)
-	}
-	defer func() { _ = sub.Drain() }()
 	if err := router.Run(ctx); err != nil {
 		return fmt.Errorf("command router: %w", err)
 	}

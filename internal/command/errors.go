@@ -1,37 +1,22 @@
 package command
 
-import "fmt"
+import "github.com/agatesched/agate/internal/apierr"
 
-// Error codes of docs/contract.md's outcomes.
+// Error codes of docs/contract.md's outcomes (internal/apierr, shared with queries).
 const (
-	CodeInvalidArgument    = "invalid_argument"
-	CodeNotFound           = "not_found"
-	CodeAlreadyExists      = "already_exists"
-	CodeFailedPrecondition = "failed_precondition"
-	CodeUnavailable        = "unavailable"
-	CodeInternal           = "internal"
+	CodeInvalidArgument    = apierr.CodeInvalidArgument
+	CodeNotFound           = apierr.CodeNotFound
+	CodeAlreadyExists      = apierr.CodeAlreadyExists
+	CodeFailedPrecondition = apierr.CodeFailedPrecondition
+	CodeUnavailable        = apierr.CodeUnavailable
+	CodeInternal           = apierr.CodeInternal
 )
 
-// Error is a command's failure as producers see it.
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-}
-
-func (e *Error) Error() string {
-	if e.Field != "" {
-		return e.Code + ": " + e.Field + ": " + e.Message
-	}
-	return e.Code + ": " + e.Message
-}
-
-// final reports whether the outcome is remembered for the command id (docs/contract.md: transient
+// Error is a command's failure as producers see it; queries answer with the same type.
+// Final says whether the outcome is remembered for the command id (docs/contract.md: transient
 // outcomes are not, so the same command can be retried).
-func (e *Error) final() bool {
-	return e.Code != CodeUnavailable && e.Code != CodeInternal
-}
+type Error = apierr.Error
 
 func invalid(field, format string, args ...any) *Error {
-	return &Error{Code: CodeInvalidArgument, Field: field, Message: fmt.Sprintf(format, args...)}
+	return apierr.Invalid(field, format, args...)
 }

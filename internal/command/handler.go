@@ -98,7 +98,7 @@ type Outcome struct {
 }
 
 // Transient reports whether the command could not be handled now and may be retried as is.
-func (o Outcome) Transient() bool { return o.Error != nil && !o.Error.final() }
+func (o Outcome) Transient() bool { return o.Error != nil && !o.Error.Final() }
 
 // Handle validates and applies one command. ctx carries the producer's trace context.
 func (h *Handler) Handle(ctx context.Context, cmd string, body []byte) Outcome {
@@ -176,7 +176,7 @@ var errDuplicate = errors.New("the same command id is being applied by another n
 // record remembers a final outcome under the command id and appends the command's events,
 // its outcome's last, in tx.
 func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []byte) error {
-	if out.CommandID != "" && (out.Error == nil || out.Error.final()) {
+	if out.CommandID != "" && (out.Error == nil || out.Error.Final()) {
 		enc, err := json.Marshal(out)
 		if err != nil {
 			return fmt.Errorf("encoding outcome: %w", err)

@@ -25,8 +25,13 @@ type Subjects string
 // Command is agate.<ns>.cmd.<command>.
 func (s Subjects) Command(cmd string) string { return "agate." + string(s) + ".cmd." + cmd }
 
-// API is agate.<ns>.api.<command> (request-reply).
-func (s Subjects) API(cmd string) string { return "agate." + string(s) + ".api." + cmd }
+// API is agate.<ns>.api.<name>: a command or a query, request-reply.
+func (s Subjects) API(name string) string { return "agate." + string(s) + ".api." + name }
+
+// ServiceName is the name of a namespace's NATS service (nats.go's micro): its schedulers
+// answer $SRV.PING, $SRV.INFO and $SRV.STATS, and $SRV.<verb>.agate-<ns>[.<id>], for the api
+// endpoints. The namespace in the name lets permissions keep discovery within a namespace.
+func ServiceName(ns string) string { return "agate-" + ns }
 
 // Fired is agate.<ns>.fired.<jobType>.
 func (s Subjects) Fired(jobType string) string { return "agate." + string(s) + ".fired." + jobType }

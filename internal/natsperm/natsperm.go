@@ -60,13 +60,19 @@ func For(ns string, role Role) (Permissions, error) {
 		// Publishes JobFired and the other events, and the final JobFailed of an execution it
 		// abandons; creates and updates the four streams at start; consumes COMMANDS and DONE
 		// through its two shared durables; reads the state of the workers' durables (to tell a
-		// queued fire from an abandoned one); answers api requests.
+		// queued fire from an abandoned one); answers api requests, and the discovery requests
+		// of its NATS service: micro subscribes to every $SRV verb bare (all services answer
+		// those, so they cannot be held to a namespace), for the service and for its instance.
 		p := Permissions{
 			Publish: []string{s.All("fired"), s.All("evt"), s.All("done"),
 				"$JS.API.CONSUMER.INFO." + events.StreamFired(ns) + ".*"},
 			Subscribe:      []string{"_INBOX.>", s.API("*")},
 			AllowResponses: true,
 		}
+		for _, verb := range ServiceVerbs {
+			p.Subscribe = append(p.Subscribe, "$SRV."+verb)
+		}
+		p.Subscribe = append(p.Subscribe, serviceSubjects(ns)...)
 		for _, op := range []string{"CREATE", "UPDATE", "INFO"} {
 			for _, st := range streams {
 				p.Publish = append(p.Publish, "$JS.API.STREAM."+op+"."+st)
@@ -97,13 +103,28 @@ func For(ns string, role Role) (Permissions, error) {
 			Subscribe: []string{"_INBOX.>", MaxDeliveriesAdvisory(ns), s.Evt("job")},
 		}, nil
 	case Producer:
-		// Sends commands, durably or as requests, and watches their outcomes.
+		// Sends commands, durably or as requests, and queries; watches outcomes; discovers its
+		// namespace's service. Not the bare $SRV verbs: every service of the account answers
+		// them, other namespaces' schedulers included.
 		return Permissions{
-			Publish:   []string{s.All("cmd"), s.All("api")},
+			Publish:   append([]string{s.All("cmd"), s.All("api")}, serviceSubjects(ns)...),
 			Subscribe: []string{"_INBOX.>", s.All("evt")},
 		}, nil
 	}
 	return Permissions{}, fmt.Errorf("unknown role %q", role)
+}
+
+// ServiceVerbs are the discovery requests of a NATS service (nats.go's micro).
+var ServiceVerbs = []string{"PING", "INFO", "STATS"}
+
+// serviceSubjects are the discovery subjects of a namespace's service: $SRV.<verb>.agate-<ns>
+// (every node) and $SRV.<verb>.agate-<ns>.<id> (one node).
+func serviceSubjects(ns string) []string {
+	var out []string
+	for _, verb := range ServiceVerbs {
+		out = append(out, "$SRV."+verb+"."+events.ServiceName(ns), "$SRV."+verb+"."+events.ServiceName(ns)+".*")
+	}
+	return out
 }
 
 // durable is what a shared pull consumer without a filter subject needs: create or update it,
@@ -159,12 +180,14 @@ func (n Namespace) varName(role Role) string {
 // roleComments describe each role's block in the generated configuration: who, then what.
 var roleComments = map[Role][2]string{
 	Scheduler: {"Scheduler nodes", `publish JobFired and the other events, create and update the streams at start,
-consume COMMANDS and DONE through their shared durables, answer api requests (allow_responses:
-one reply to each request's reply subject).`},
+consume COMMANDS and DONE through their shared durables, answer api requests and the $SRV
+discovery requests of their service agate-<ns> (allow_responses: one reply to each request's
+reply subject).`},
 	Worker: {"Workers", `look the FIRED and DONE streams up (they may not create streams: a scheduler does),
 create their durables worker-<type> on FIRED, pull and settle fires, publish outcomes, listen
 to MAX_DELIVERIES advisories and read a dead-lettered fire back by sequence.`},
-	Producer: {"Producers", `send commands (durably or as requests) and watch events; nothing else.`},
+	Producer: {"Producers", `send commands (durably or as requests) and queries, discover the service agate-<ns>
+($SRV.PING/INFO/STATS.agate-<ns>), and watch events; nothing else.`},
 }
 
 // Config returns the accounts block of a nats-server configuration: one JetStream-enabled

@@ -18,11 +18,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agatesched/agate/internal/acquire"
+	"github.com/agatesched/agate/internal/api"
+	"github.com/agatesched/agate/internal/apierr"
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/fire"
 	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/query"
 	"github.com/agatesched/agate/internal/recovery"
 	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
@@ -172,6 +175,10 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	if err != nil {
 		return err
 	}
+	queries, err := query.New(query.Config{Namespace: ns, Logger: log}, pool)
+	if err != nil {
+		return err
+	}
 	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Logger: log,
 		Wake: wakeup}, ob, js)
 	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks,
@@ -202,7 +209,8 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	run("fire queue", queue.Run)
 	run("outbox", ob.Run)
 	run("completion consumer", completions.Run)
-	run("command consumer", func(ctx context.Context) error { return commands.Run(ctx, nc, js) })
+	run("command consumer", func(ctx context.Context) error { return commands.Run(ctx, js) })
+	run("api service", func(ctx context.Context) error { return api.Serve(ctx, nc, apiConfig(cfg, log, commands, queries)) })
 	err = g.Wait()
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -211,6 +219,32 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	}
 	log.Info("scheduler node stopped")
 	return err
+}
+
+// apiConfig makes every command and every query an endpoint of the node's NATS service; a
+// request on any other name is a command the scheduler does not know, answered and recorded as
+// such by the command step.
+func apiConfig(cfg Config, log *slog.Logger, commands *command.Handler, queries *query.Handler) api.Config {
+	c := api.Config{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID, Logger: log,
+		Unknown: func(ctx context.Context, name string, body []byte) (any, *apierr.Error) {
+			out := commands.Handle(ctx, name, body)
+			return out, out.Error
+		}}
+	for _, name := range command.Names() {
+		c.Endpoints = append(c.Endpoints, api.Endpoint{Name: name, Kind: "command",
+			Handle: func(ctx context.Context, body []byte) (any, *apierr.Error) {
+				out := commands.Handle(ctx, name, body)
+				return out, out.Error
+			}})
+	}
+	for _, name := range query.Names() {
+		c.Endpoints = append(c.Endpoints, api.Endpoint{Name: name, Kind: "query",
+			Handle: func(ctx context.Context, body []byte) (any, *apierr.Error) {
+				r := queries.Handle(ctx, name, body)
+				return r, r.Error
+			}})
+	}
+	return c
 }
 
 // stopping is err, or nil when ctx ended: a node stopped while it was starting did not fail.

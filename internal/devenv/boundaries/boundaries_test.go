@@ -14,9 +14,11 @@ import (
 const module = "github.com/agatesched/agate"
 
 // steps are the lifecycle step packages: each is wired by internal/node (or run by cmd/worker)
-// and knows the others only through interfaces it declares.
+// and knows the others only through interfaces it declares. internal/query, the read side
+// beside the lifecycle, is held to the same rule.
 var steps = []string{
 	module + "/internal/command",
+	module + "/internal/query",
 	module + "/internal/acquire",
 	module + "/internal/fire",
 	module + "/internal/complete",

@@ -2,6 +2,7 @@ package composecheck
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agatesched/agate/internal/api"
+	"github.com/agatesched/agate/internal/apierr"
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/events"
@@ -336,6 +339,11 @@ func TestNATSPermissionsSecondNamespace(t *testing.T) {
 		c.from.sched.denied(t, who+"scheduler firing in namespace "+c.to.ns, other.Fired("noop"))
 		_, _ = c.from.sched.nc.SubscribeSync(other.API("*"))
 		c.from.sched.denied(t, who+"scheduler answering namespace "+c.to.ns, other.API("*"))
+		otherInfo := "$SRV.INFO." + events.ServiceName(c.to.ns)
+		_ = c.from.producer.nc.Publish(otherInfo, nil)
+		c.from.producer.denied(t, who+"producer discovering namespace "+c.to.ns, otherInfo)
+		_, _ = c.from.sched.nc.SubscribeSync(otherInfo)
+		c.from.sched.denied(t, who+"scheduler answering discovery for namespace "+c.to.ns, otherInfo)
 		create := "$JS.API.STREAM.UPDATE." + events.StreamFired(c.to.ns)
 		_ = c.from.sched.nc.Publish(create, nil)
 		c.from.sched.denied(t, who+"scheduler updating a stream of namespace "+c.to.ns, create)
@@ -482,20 +490,50 @@ func walkThrough(t *testing.T, r roleClients) {
 	if err != nil {
 		t.Fatalf("scheduler creating %s: %v", complete.DurableName, err)
 	}
-	api, err := sched.nc.QueueSubscribe(subj.API("*"), "agate-scheduler", func(m *nats.Msg) {
-		_ = m.Respond([]byte(`{"ok":true}`))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = api.Unsubscribe() }()
-	sched.allowed(t, "scheduler consumers and API subscription")
+	// The scheduler's NATS service, as nodes run it, with one endpoint.
+	svcCtx, stopService := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- api.Serve(svcCtx, sched.nc, api.Config{Namespace: ns, InstanceID: "s1", Endpoints: []api.Endpoint{{
+			Name: "schedule_job", Kind: "command",
+			Handle: func(context.Context, []byte) (any, *apierr.Error) { return map[string]bool{"ok": true}, nil },
+		}}})
+	}()
+	defer func() {
+		stopService()
+		if err := <-served; err != nil {
+			t.Errorf("api service: %v", err)
+		}
+	}()
+	sched.allowed(t, "scheduler consumers")
 
-	// Producer: a command by request and one through the COMMANDS stream.
-	reply, err := prod.nc.RequestWithContext(step(t), subj.API("schedule_job"), []byte(`{"id":"1"}`))
+	// Producer: a command by request (once the service answers) and one through the COMMANDS stream.
+	var reply *nats.Msg
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		reply, err = prod.nc.RequestWithContext(step(t), subj.API("schedule_job"), []byte(`{"id":"1"}`))
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || string(reply.Data) != `{"ok":true}` {
 		t.Errorf("producer request to %s: %v, %v", subj.API("schedule_job"), reply, err)
 	}
+	// The producer discovers its namespace's service; the scheduler answers.
+	svc := events.ServiceName(ns)
+	for _, verb := range natsperm.ServiceVerbs {
+		m, err := prod.nc.RequestWithContext(step(t), "$SRV."+verb+"."+svc, nil)
+		if err != nil {
+			t.Errorf("producer requesting $SRV.%s.%s: %v", verb, svc, err)
+			continue
+		}
+		var id struct{ ID string }
+		if err := json.Unmarshal(m.Data, &id); err != nil || id.ID == "" {
+			t.Errorf("$SRV.%s.%s answered %s", verb, svc, m.Data)
+		} else if _, err := prod.nc.RequestWithContext(step(t), "$SRV."+verb+"."+svc+"."+id.ID, nil); err != nil {
+			t.Errorf("producer requesting $SRV.%s.%s.%s: %v", verb, svc, id.ID, err)
+		}
+	}
+	sched.allowed(t, "scheduler serving the api and $SRV requests")
 	if _, err := prod.js.Publish(step(t), subj.Command("schedule_job"), []byte(`{"id":"2"}`)); err != nil {
 		t.Errorf("producer publishing a command: %v", err)
 	}
@@ -504,7 +542,7 @@ func walkThrough(t *testing.T, r roleClients) {
 		t.Fatal(err)
 	}
 	defer func() { _ = evtSub.Unsubscribe() }()
-	prod.allowed(t, "producer sending commands and watching events")
+	prod.allowed(t, "producer sending commands, discovering the service and watching events")
 	fetchAck(t, cmdCons, "scheduler reading the command")
 	sched.allowed(t, "scheduler reading the command")
 
@@ -559,6 +597,10 @@ func walkThrough(t *testing.T, r roleClients) {
 	prod.denied(t, "producer commanding another namespace", "agate.other.cmd.pause_all")
 	_ = prod.nc.Publish("$JS.API.STREAM.DELETE."+events.StreamCommands(ns), nil)
 	prod.denied(t, "producer deleting a stream", "$JS.API.STREAM.DELETE.")
+	_ = prod.nc.Publish("$SRV.INFO", nil)
+	prod.denied(t, "producer asking every service of the account", "$SRV.INFO")
+	_ = work.nc.Publish("$SRV.STATS."+events.ServiceName(ns), nil)
+	work.denied(t, "worker asking the scheduler's statistics", "$SRV.STATS.")
 	_ = work.nc.Publish(subj.Evt("trigger"), []byte(`{}`))
 	work.denied(t, "worker publishing a scheduler event", subj.Evt("trigger"))
 	_ = work.nc.Publish(subj.Fired("noop"), []byte(`{}`))

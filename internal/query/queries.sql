@@ -1,0 +1,129 @@
+-- Read-only statements of the queries. Paged lists walk an index in key order from a cursor
+-- (the last key returned); each fetches one row more than the page to know whether another
+-- page follows.
+
+-- name: GetJob
+select job_group, job_name, job_type, coalesce(description, ''), durable, nonconcurrent, requests_recovery,
+       timeout_ms, data
+from job_details
+where sched_name = $1 and job_group = $2 and job_name = $3;
+
+-- name: JobTriggers
+select trigger_group, trigger_name, state, next_fire_time
+from triggers
+where sched_name = $1 and job_group = $2 and job_name = $3
+order by trigger_group, trigger_name;
+
+-- name: ListJobs
+-- Filters: $2 group, $3 type (null: any). Cursor: after ($4, $5). Served by the primary key.
+select job_group, job_name, job_type, coalesce(description, ''), durable, nonconcurrent, requests_recovery,
+       timeout_ms, null::jsonb
+from job_details
+where sched_name = $1 and ($2::text is null or job_group = $2) and ($3::text is null or job_type = $3)
+  and (job_group, job_name) > ($4::text, $5::text)
+order by job_group, job_name
+limit $6;
+
+-- name: GetTrigger
+select t.trigger_group, t.trigger_name, t.job_group, t.job_name, j.job_type, t.state, t.schedule, t.misfire_instr,
+       t.priority, t.start_time, t.end_time, t.calendar_name, t.next_fire_time, t.prev_fire_time, t.times_triggered,
+       t.data
+from triggers t
+join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
+where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3;
+
+-- name: ListTriggers
+-- Filters: $2 group, $3 state, $4 job type, ($5, $6) job (null: any). Cursor: after ($7, $8).
+select t.trigger_group, t.trigger_name, t.job_group, t.job_name, j.job_type, t.state, t.schedule, t.misfire_instr,
+       t.priority, t.start_time, t.end_time, t.calendar_name, t.next_fire_time, t.prev_fire_time, t.times_triggered,
+       null::jsonb
+from triggers t
+join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
+where t.sched_name = $1 and ($2::text is null or t.trigger_group = $2) and ($3::text is null or t.state = $3)
+  and ($4::text is null or j.job_type = $4)
+  and ($5::text is null or (t.job_group = $5 and t.job_name = $6))
+  and (t.trigger_group, t.trigger_name) > ($7::text, $8::text)
+order by t.trigger_group, t.trigger_name
+limit $9;
+
+-- name: TriggerSchedule
+-- What next_fire_times computes from: the stored trigger, as the fire step reads it.
+select state, schedule, next_fire_time, prev_fire_time, times_triggered, coalesce(calendar_name, '')
+from triggers
+where sched_name = $1 and trigger_group = $2 and trigger_name = $3;
+
+-- name: JobHistory
+-- A job's events, newest first, before seq $5: a backward scan of events_aggregate_seq that
+-- stops after the page. aggregate_id is "<group>.<name>", which two keys with dots can share
+-- ("a.b"+"c", "a"+"b.c"); then ($7 false) the key in the data decides. Without dots the filter
+-- is left out, as it would make the planner guess too few rows and sort them all instead.
+select seq, id, type, source, time, aggregate_id, data
+from events
+where sched_name = $1 and aggregate = 'job' and aggregate_id = $2 and seq < $5
+  and ($7 or (data->'job'->>'group' = $3 and data->'job'->>'name' = $4))
+order by seq desc
+limit $6;
+
+-- name: TriggerHistory
+-- A trigger's own events and the fire events (JobFired, JobCompleted, JobFailed) of its fires,
+-- which are logged under its job: of every job it was ever scheduled for (TriggerScheduled
+-- says which), so the history outlives the trigger. Each branch is a backward scan of
+-- events_aggregate_seq that stops after one page ($7 as in JobHistory; the statistics
+-- events_trigger_key tell the planner how many of a job's events are this trigger's).
+with jobs as (
+    select distinct data->'job'->>'group' as job_group, data->'job'->>'name' as job_name
+    from events
+    where sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2 and type = 'agate.trigger.scheduled'
+      and data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4
+)
+select * from (
+    (select seq, id, type, source, time, aggregate_id, data
+     from events
+     where sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2 and seq < $5
+       and ($7 or (data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4))
+     order by seq desc
+     limit $6)
+    union all
+    (select f.* from jobs cross join lateral (
+        select seq, id, type, source, time, aggregate_id, data
+        from events e
+        where e.sched_name = $1 and e.aggregate = 'job' and e.aggregate_id = jobs.job_group || '.' || jobs.job_name
+          and e.data->'trigger'->>'group' = $3 and e.data->'trigger'->>'name' = $4 and e.seq < $5
+        order by e.seq desc
+        limit $6) f)
+) h
+order by seq desc
+limit $6;
+
+-- name: Executing
+-- Executions in flight, longest running first. Filter: job ($2, $3). Cursor: after ($4, $5).
+select f.entry_id, f.job_group, f.job_name, coalesce(j.job_type, ''), f.trigger_group, f.trigger_name,
+       f.instance_id, f.sched_time, f.fired_time, f.nonconcurrent, f.requests_recovery, f.recovering
+from fired_triggers f
+left join job_details j on j.sched_name = f.sched_name and j.job_group = f.job_group and j.job_name = f.job_name
+where f.sched_name = $1 and f.state = 'EXECUTING'
+  and ($2::text is null or (f.job_group = $2 and f.job_name = $3))
+  and ($4::timestamptz is null or (f.fired_time, f.entry_id) > ($4, $5::uuid))
+order by f.fired_time, f.entry_id
+limit $6;
+
+-- name: ListCalendars
+select calendar_name, calendar
+from calendars
+where sched_name = $1 and calendar_name > $2
+order by calendar_name
+limit $3;
+
+-- name: GetCalendar
+select c.calendar_name, c.calendar,
+       (select count(*) from triggers t where t.sched_name = c.sched_name and t.calendar_name = c.calendar_name)
+from calendars c
+where c.sched_name = $1 and c.calendar_name = $2;
+
+-- name: Instances
+-- Times by the database clock, the one recovery judges check-ins by.
+select instance_id, last_checkin_time, checkin_interval_ms, epoch,
+       (extract(epoch from now() - last_checkin_time) * 1000000)::bigint
+from scheduler_state
+where sched_name = $1
+order by instance_id;
