@@ -4,7 +4,7 @@
 
 -- name: GetJob
 select job_group, job_name, job_type, coalesce(description, ''), durable, nonconcurrent, requests_recovery,
-       timeout_ms, data
+       timeout_ms, persist_data, version, data
 from job_details
 where sched_name = $1 and job_group = $2 and job_name = $3;
 
@@ -17,7 +17,7 @@ order by trigger_group, trigger_name;
 -- name: ListJobs
 -- Filters: $2 group, $3 type (null: any). Cursor: after ($4, $5). Served by the primary key.
 select job_group, job_name, job_type, coalesce(description, ''), durable, nonconcurrent, requests_recovery,
-       timeout_ms, null::jsonb
+       timeout_ms, persist_data, version, null::jsonb
 from job_details
 where sched_name = $1 and ($2::text is null or job_group = $2) and ($3::text is null or job_type = $3)
   and (job_group, job_name) > ($4::text, $5::text)
@@ -27,7 +27,7 @@ limit $6;
 -- name: GetTrigger
 select t.trigger_group, t.trigger_name, t.job_group, t.job_name, j.job_type, t.state, t.schedule, t.misfire_instr,
        t.priority, t.start_time, t.end_time, t.calendar_name, t.next_fire_time, t.prev_fire_time, t.times_triggered,
-       t.data
+       t.version, t.data
 from triggers t
 join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
 where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3;
@@ -36,7 +36,7 @@ where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3;
 -- Filters: $2 group, $3 state, $4 job type, ($5, $6) job (null: any). Cursor: after ($7, $8).
 select t.trigger_group, t.trigger_name, t.job_group, t.job_name, j.job_type, t.state, t.schedule, t.misfire_instr,
        t.priority, t.start_time, t.end_time, t.calendar_name, t.next_fire_time, t.prev_fire_time, t.times_triggered,
-       null::jsonb
+       t.version, null::jsonb
 from triggers t
 join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
 where t.sched_name = $1 and ($2::text is null or t.trigger_group = $2) and ($3::text is null or t.state = $3)
@@ -108,14 +108,14 @@ order by f.fired_time, f.entry_id
 limit $6;
 
 -- name: ListCalendars
-select calendar_name, calendar
+select calendar_name, calendar, version
 from calendars
 where sched_name = $1 and calendar_name > $2
 order by calendar_name
 limit $3;
 
 -- name: GetCalendar
-select c.calendar_name, c.calendar,
+select c.calendar_name, c.calendar, c.version,
        (select count(*) from triggers t where t.sched_name = c.sched_name and t.calendar_name = c.calendar_name)
 from calendars c
 where c.sched_name = $1 and c.calendar_name = $2;

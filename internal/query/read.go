@@ -19,15 +19,19 @@ import (
 
 // Job is a job as get_job and list_jobs show it.
 type Job struct {
-	Group            string          `json:"group"`
-	Name             string          `json:"name"`
-	Type             string          `json:"type"`
-	Description      string          `json:"description,omitempty"`
-	Durable          bool            `json:"durable"`
-	Nonconcurrent    bool            `json:"nonconcurrent"`
-	RequestsRecovery bool            `json:"requestsRecovery"`
-	Timeout          string          `json:"timeout,omitempty"` // as JobFired.timeout
-	Data             json.RawMessage `json:"data,omitempty"`    // get_job only
+	Group            string `json:"group"`
+	Name             string `json:"name"`
+	Type             string `json:"type"`
+	Description      string `json:"description,omitempty"`
+	Durable          bool   `json:"durable"`
+	Nonconcurrent    bool   `json:"nonconcurrent"`
+	RequestsRecovery bool   `json:"requestsRecovery"`
+	Timeout          string `json:"timeout,omitempty"` // as JobFired.timeout
+	PersistData      bool   `json:"persistData"`
+	// Version counts the changes commands made to the job: give it as a command's
+	// expectedVersion to refuse the command if the job changed since it was read.
+	Version int64           `json:"version"`
+	Data    json.RawMessage `json:"data,omitempty"` // get_job only
 }
 
 // JobDetail is get_job's result: the job and its triggers.
@@ -49,7 +53,7 @@ func scanJob(row pgx.Row) (Job, error) {
 	var timeoutMS *int64
 	var data []byte
 	if err := row.Scan(&j.Group, &j.Name, &j.Type, &j.Description, &j.Durable, &j.Nonconcurrent, &j.RequestsRecovery,
-		&timeoutMS, &data); err != nil {
+		&timeoutMS, &j.PersistData, &j.Version, &data); err != nil {
 		return Job{}, err
 	}
 	if timeoutMS != nil {
@@ -140,6 +144,7 @@ type Trigger struct {
 	NextFireTime     *time.Time      `json:"nextFireTime,omitempty"`
 	PreviousFireTime *time.Time      `json:"previousFireTime,omitempty"`
 	TimesTriggered   int             `json:"timesTriggered"`
+	Version          int64           `json:"version"`        // as Job.Version
 	Data             json.RawMessage `json:"data,omitempty"` // get_trigger only
 }
 
@@ -149,7 +154,7 @@ func scanTrigger(row pgx.Row) (Trigger, error) {
 	var start time.Time
 	var calendar *string
 	if err := row.Scan(&t.Group, &t.Name, &t.Job.Group, &t.Job.Name, &t.Job.Type, &t.State, &schedule, &t.Misfire,
-		&t.Priority, &start, &t.EndAt, &calendar, &t.NextFireTime, &t.PreviousFireTime, &t.TimesTriggered, &data); err != nil {
+		&t.Priority, &start, &t.EndAt, &calendar, &t.NextFireTime, &t.PreviousFireTime, &t.TimesTriggered, &t.Version, &data); err != nil {
 		return Trigger{}, err
 	}
 	misfire := t.Misfire
@@ -403,6 +408,7 @@ func (h *Handler) executing(ctx context.Context, req *executing) (any, error) {
 type Calendar struct {
 	Name     string          `json:"name"`
 	Calendar json.RawMessage `json:"calendar"`
+	Version  int64           `json:"version"` // as Job.Version
 	// Triggers is how many triggers name it (get_calendar only): delete_calendar refuses while
 	// any does.
 	Triggers *int `json:"triggers,omitempty"`
@@ -427,7 +433,7 @@ func (h *Handler) listCalendars(ctx context.Context, req *listCalendars) (any, e
 	rows, _ := h.pool.Query(ctx, queries.Get("ListCalendars"), h.cfg.Namespace, after, n+1)
 	cals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Calendar, error) {
 		var c Calendar
-		err := r.Scan(&c.Name, &c.Calendar)
+		err := r.Scan(&c.Name, &c.Calendar, &c.Version)
 		return c, err
 	})
 	if err != nil {
@@ -448,7 +454,7 @@ type getCalendar struct {
 func (h *Handler) getCalendar(ctx context.Context, req *getCalendar) (any, error) {
 	var c Calendar
 	var used int
-	err := h.pool.QueryRow(ctx, queries.Get("GetCalendar"), h.cfg.Namespace, req.Name).Scan(&c.Name, &c.Calendar, &used)
+	err := h.pool.QueryRow(ctx, queries.Get("GetCalendar"), h.cfg.Namespace, req.Name).Scan(&c.Name, &c.Calendar, &c.Version, &used)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, apierr.NotFound("name", "calendar %q does not exist", req.Name)
 	}
