@@ -113,39 +113,48 @@ func (c *Client) Command(ctx context.Context, name string, body any) (*Outcome, 
 	return &out, nil
 }
 
-// do sends one request, retrying a lost or unavailable answer with the same body until
-// RetryFor or ctx ends, and decodes the reply into out.
+// do sends one request, retrying a lost answer or one that says "unavailable" with the same
+// body until RetryFor or ctx ends, and decodes the last reply into out.
 func (c *Client) do(ctx context.Context, name string, data []byte, out any) error {
 	retryUntil := time.Now().Add(c.opts.RetryFor)
 	delay := 50 * time.Millisecond
 	for {
-		err := c.once(ctx, name, data, out)
-		var rej *Error
-		transient := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
-		if o, ok := out.(*Outcome); ok && err == nil && o.Error != nil && o.Error.Code == CodeUnavailable {
-			rej, transient = o.Error, true
-		}
-		if !transient || c.opts.RetryFor < 0 || time.Now().Add(delay).After(retryUntil) {
-			if err == nil && rej != nil {
-				return nil // the outcome carries the unavailable error
+		reply, err := c.once(ctx, name, data)
+		transient := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+		if err == nil {
+			var head struct {
+				Error *Error `json:"error"`
 			}
+			if json.Unmarshal(reply, &head) == nil && head.Error != nil && head.Error.Code == CodeUnavailable {
+				transient = true
+			}
+		}
+		last := !transient || c.opts.RetryFor < 0 || time.Now().Add(delay).After(retryUntil)
+		if !last {
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				last = true
+			case <-t.C:
+			}
+			delay = min(2*delay, time.Second)
+		}
+		if !last {
+			continue
+		}
+		if err != nil {
 			return err
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			if err == nil {
-				return nil
-			}
-			return fmt.Errorf("%s: %w (last attempt: %w)", name, ctx.Err(), err)
-		case <-t.C:
+		if err := json.Unmarshal(reply, out); err != nil {
+			return fmt.Errorf("%s: the answer is not JSON: %w", name, err)
 		}
-		delay = min(2*delay, time.Second)
+		return nil
 	}
 }
 
-func (c *Client) once(ctx context.Context, name string, data []byte, out any) error {
+func (c *Client) once(ctx context.Context, name string, data []byte) ([]byte, error) {
 	msg := nats.NewMsg(c.Subject(name))
 	msg.Data = data
 	telemetry.ToHeader(ctx, msg.Header)
@@ -153,12 +162,9 @@ func (c *Client) once(ctx context.Context, name string, data []byte, out any) er
 	defer cancel()
 	reply, err := c.nc.RequestMsgWithContext(rctx, msg)
 	if err != nil {
-		return fmt.Errorf("%s: no answer from the scheduler on %s: %w", name, msg.Subject, err)
+		return nil, fmt.Errorf("%s: no answer from the scheduler on %s: %w", name, msg.Subject, err)
 	}
-	if err := json.Unmarshal(reply.Data, out); err != nil {
-		return fmt.Errorf("%s: the answer is not JSON: %w", name, err)
-	}
-	return nil
+	return reply.Data, nil
 }
 
 // withID encodes body and gives it an id when it has none.

@@ -3,6 +3,7 @@ package client_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,42 @@ func TestClientCommands(t *testing.T) {
 	_, err = c.ScheduleTrigger(ctx, client.Key{Group: "reports", Name: "daily"}, client.Cron("reports", "bad", "0 0 25 * * ?", ""))
 	if !errors.Is(err, client.ErrInvalidArgument) || !errors.As(err, &rej) || rej.Field != "trigger.cron.expression" {
 		t.Fatalf("a bad cron expression: %v; want invalid_argument on trigger.cron.expression", err)
+	}
+	// Queries: the job with its triggers and version, a list page by page, next fire times, the
+	// log, the nodes.
+	info, err := c.GetJob(ctx, client.Key{Group: "reports", Name: "daily"})
+	if err != nil || info.Version != 1 || len(info.Triggers) != 3 {
+		t.Fatalf("get_job: %+v, %v; want version 1 and 3 triggers", info, err)
+	}
+	var seen []string
+	for cursor := ""; ; {
+		page, next, err := c.ListTriggers(ctx, client.TriggerFilter{Group: "reports", Page: client.Page{Cursor: cursor, Limit: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ti := range page {
+			seen = append(seen, ti.Name)
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	if strings.Join(seen, ",") != "nightly,often" {
+		t.Fatalf("listed %v page by page, want nightly,often", seen)
+	}
+	times, err := c.NextFireTimes(ctx, nightly, 3)
+	if err != nil || len(times) != 3 || !times[0].Equal(*triggers[0].NextFireTime) {
+		t.Fatalf("next_fire_times: %v, %v", times, err)
+	}
+	events, _, err := c.History(ctx, nightly, true, client.Page{})
+	if err != nil || len(events) == 0 || events[0].Type != "agate.group.resumed" && events[0].Type != "agate.trigger.resumed" {
+		t.Fatalf("history: %d events, newest %+v, %v", len(events), events, err)
+	}
+	if nodes, err := c.Instances(ctx); err != nil || len(nodes) != 1 || nodes[0].InstanceID != "n1" {
+		t.Fatalf("instances: %+v, %v", nodes, err)
+	}
+	if _, err := c.GetTrigger(ctx, client.Key{Group: "reports", Name: "gone"}); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("get_trigger of a missing trigger: %v", err)
 	}
 	if err := c.DeleteJob(ctx, client.Key{Group: "reports", Name: "daily"}, nil); err != nil {
 		t.Fatal(err)

@@ -98,5 +98,15 @@ func TestAgatectlAgainstACluster(t *testing.T) {
 	a.must(2, []string{"schedule", "--job", "ops.x"}, "--type is required")
 	a.must(2, []string{"pause", "trigger", "no-dot"}, "is not GROUP.NAME")
 	a.must(3, []string{"pause", "all", "--nats-url", "nats://127.0.0.1:1"}, "cannot reach NATS")
+	a.must(0, []string{"get", "job", "reports.daily"}, "job reports.daily (type noop, version 1)", "reports.nightly")
+	a.must(0, []string{"list", "triggers", "--group", "reports"}, "reports.nightly", "cron 0 0 2 * * ? Europe/Paris")
+	a.must(0, []string{"list", "jobs", "--limit", "1"}, "ops.ping", "more: --cursor ")
+	out = a.must(0, []string{"next", "reports.nightly", "-n", "3"})
+	if lines := strings.Fields(out); len(lines) != 3 {
+		t.Fatalf("next -n 3 printed %q", out)
+	}
+	a.must(0, []string{"history", "trigger", "reports.nightly"}, "trigger.resumed", "trigger.paused", "trigger.scheduled")
+	a.must(0, []string{"instances"}, "n1")
+	a.must(1, []string{"get", "trigger", "reports.gone"}, "not_found")
 	a.must(0, []string{"delete", "job", "ops.ping"}, "deleted job ops.ping")
 }
