@@ -3,10 +3,22 @@
 // Signal and hands it to every step, so no step needs to know the acquirer.
 package wake
 
+import (
+	"sync"
+	"time"
+)
+
 // Signal wakes one waiting loop. Several notifications before the loop looks collapse into one.
 // A nil *Signal ignores notifications, so a step used without a node needs no stub.
+//
+// The loop tells the signal when its next pass is planned (Planned), so that a step that knows
+// when the trigger it changed is due (NotifyDue) wakes the loop only when that pass would be too
+// late: a command scheduling a trigger due in an hour does not cost a pass over every partition.
 type Signal struct {
 	c chan struct{}
+
+	mu   sync.Mutex
+	next time.Time // the loop's next planned pass; zero while it runs a pass (or never said)
 }
 
 // New returns a Signal.
@@ -21,6 +33,33 @@ func (s *Signal) Notify() {
 	case s.c <- struct{}{}:
 	default:
 	}
+}
+
+// NotifyDue is Notify for a change that made a trigger due at due (by the node clock the loop
+// plans with): it wakes the loop only when its next planned pass is after due, or when no pass
+// is planned (the loop is running one, which may have read the triggers before the change).
+// It never blocks.
+func (s *Signal) NotifyDue(due time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	next := s.next
+	s.mu.Unlock()
+	if next.IsZero() || due.Before(next) {
+		s.Notify()
+	}
+}
+
+// Planned is called by the loop: with the time of its next pass before it waits, and with the
+// zero time when it wakes up to run a pass.
+func (s *Signal) Planned(next time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.next = next
+	s.mu.Unlock()
 }
 
 // C is the channel the loop waits on. A nil Signal's channel never fires.
