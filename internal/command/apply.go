@@ -82,6 +82,15 @@ type applyCtx struct {
 	now         time.Time
 	commandID   string
 	traceParent string
+	due         time.Time // earliest fire time of the triggers it scheduled (dueAt)
+}
+
+// dueAt says the command made a trigger due at t, so that the acquire loop is woken when its
+// next pass would come after t. Every apply function that schedules or moves a trigger calls it.
+func (a *applyCtx) dueAt(t time.Time) {
+	if a.due.IsZero() || t.Before(a.due) {
+		a.due = t
+	}
 }
 
 func (a *applyCtx) event(typ, aggregate, aggregateID, kind string, data any) error {
@@ -263,6 +272,7 @@ func (a *applyCtx) storeTrigger(ctx context.Context, c *ScheduleJob, i int, t *t
 		next, state, nullable(a.traceParent), tdata, store.SlotOf(job.Group, job.Name)); err != nil {
 		return ScheduledTrigger{}, fmt.Errorf("storing trigger %s.%s: %w", ts.Group, ts.Name, err)
 	}
+	a.dueAt(next)
 	key := events.Key{Group: ts.Group, Name: ts.Name}
 	err = a.event(events.TypeTriggerScheduled, events.AggregateTrigger, key.String(), "trigger",
 		map[string]any{"trigger": key, "job": events.JobRef{Group: job.Group, Name: job.Name, Type: job.Type},

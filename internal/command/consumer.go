@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -30,8 +31,11 @@ const apiQueue = "agate-scheduler"
 // is cancelled.
 //
 // The stream is consumed through a watermill Router (Recoverer turns a panic into a nack, the
-// router logs through slog and closes gracefully) over streamSubscriber; the request-reply path
-// is plain core NATS, which watermill does not model.
+// router logs through slog and closes gracefully) over streamSubscriber, which hands it up to
+// maxInFlight messages at once; the router runs a handler per message, and the handlers' commands
+// are gathered into batches (gatherer), each applied in one transaction, after whose commit
+// every message of the batch is acked. Requests on the api subject (plain core NATS, which
+// watermill does not model) join the same batches.
 func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
 	subjects := events.Subjects(h.cfg.Namespace)
 	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamCommands(h.cfg.Namespace), jetstream.ConsumerConfig{
@@ -52,12 +56,15 @@ func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	if err != nil {
 		return fmt.Errorf("creating command router: %w", err)
 	}
+	g := newGatherer(h)
 	router.AddMiddleware(middleware.Recoverer)
-	router.AddConsumerHandler("commands", subjects.All("cmd"), &streamSubscriber{cons: cons, nakDelay: 2 * time.Second},
+	router.AddConsumerHandler("commands", subjects.All("cmd"),
+		&streamSubscriber{cons: cons, nakDelay: 2 * time.Second, maxInFlight: 2 * g.max},
 		func(m *message.Message) error {
 			ctx := telemetry.WithTraceParent(m.Context(), m.Metadata.Get("traceparent"))
 			cmd := commandOf(m.Metadata.Get(metaSubject))
-			out := h.Handle(ctx, cmd, m.Payload)
+			seq, _ := strconv.ParseUint(m.Metadata.Get(metaSequence), 10, 64)
+			out := g.do(m.Context(), Request{Ctx: ctx, Command: cmd, Body: m.Payload}, seq)
 			if !out.Transient() {
 				return nil
 			}
@@ -71,26 +78,61 @@ func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 			return errTransient // nacked: redelivered after the delay, answered then
 		})
 
-	sub, err := nc.QueueSubscribe(subjects.API("*"), apiQueue, func(m *nats.Msg) {
-		out := h.Handle(telemetry.FromHeader(ctx, m.Header), commandOf(m.Subject), m.Data)
-		reply, err := json.Marshal(out)
-		if err != nil {
-			reply = []byte(`{"ok":false,"error":{"code":"internal","message":"encoding the reply failed"}}`)
-		}
-		if m.Reply != "" {
-			if err := m.Respond(reply); err != nil {
-				h.cfg.Logger.WarnContext(ctx, "answering command request failed", slog.Any("error", err))
-			}
-		}
-	})
+	stopAPI, err := h.serveAPI(ctx, nc, g)
 	if err != nil {
-		return fmt.Errorf("subscribing to %s: %w", subjects.API("*"), err)
+		return err
 	}
-	defer func() { _ = sub.Drain() }()
+	defer stopAPI()
 	if err := router.Run(ctx); err != nil {
 		return fmt.Errorf("command router: %w", err)
 	}
 	return nil
+}
+
+// apiInFlight is how many api requests one node handles at once; more wait in the subscription.
+const apiInFlight = 512
+
+// serveAPI answers agate.<ns>.api.* requests (queue group apiQueue) until stop is called; stop
+// waits for the requests in flight to be answered. Each request runs on its own goroutine so
+// that concurrent requests join one batch.
+func (h *Handler) serveAPI(ctx context.Context, nc *nats.Conn, g *gatherer) (stop func(), err error) {
+	subjects := events.Subjects(h.cfg.Namespace)
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, apiInFlight)
+	sub, err := nc.QueueSubscribe(subjects.API("*"), apiQueue, func(m *nats.Msg) {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			out := g.do(ctx, Request{Ctx: telemetry.FromHeader(ctx, m.Header), Command: commandOf(m.Subject), Body: m.Data}, 0)
+			reply, err := json.Marshal(out)
+			if err != nil {
+				reply = []byte(`{"ok":false,"error":{"code":"internal","message":"encoding the reply failed"}}`)
+			}
+			if m.Reply != "" {
+				if err := m.Respond(reply); err != nil {
+					h.cfg.Logger.WarnContext(ctx, "answering command request failed", slog.Any("error", err))
+				}
+			}
+		}()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to %s: %w", subjects.API("*"), err)
+	}
+	return func() {
+		// Drain returns before the callbacks it still delivers have run: wait for the subscription
+		// to be closed (bounded, should the connection be gone), then for the answers in flight.
+		closed := sub.StatusChanged(nats.SubscriptionClosed)
+		if err := sub.Drain(); err == nil {
+			t := time.NewTimer(10 * time.Second)
+			select {
+			case <-closed:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		wg.Wait()
+	}, nil
 }
 
 var errTransient = errors.New("command could not be applied now")

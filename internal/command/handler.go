@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -44,7 +43,8 @@ var BuiltinJobTypes = []string{"http", "log", "noop", "sleep"}
 type Config struct {
 	Namespace  string
 	InstanceID string
-	// Locks is the lock protocol (global or partitioned); commands take every partition.
+	// Locks is the lock protocol (global or partitioned). A batch of commands takes the
+	// partitions of the jobs its commands name, or all of them (see jobScoped).
 	Locks store.Locks
 	// JobTypes the scheduler accepts in schedule_job; anything else is rejected. Default
 	// BuiltinJobTypes.
@@ -54,9 +54,16 @@ type Config struct {
 	Logger       *slog.Logger
 	// Now is the node clock; tests inject one.
 	Now func() time.Time
-	// Wake is notified after a command changed triggers, so a trigger due before the acquire
-	// loop's next poll fires on time.
+	// Wake is notified (NotifyDue) with the earliest fire time of the triggers a batch
+	// scheduled, so a trigger due before the acquire loop's next pass fires on time.
 	Wake *wake.Signal
+	// Batch is the most commands applied in one transaction. Default BatchDefault.
+	Batch int
+	// GatherWait is how long a batch waits for more commands. Default GatherWaitDefault.
+	GatherWait time.Duration
+	// ConcurrentBatches is how many batch transactions run at once. Default
+	// ConcurrentBatchesDefault.
+	ConcurrentBatches int
 }
 
 // Handler validates and applies commands.
@@ -97,75 +104,253 @@ type Outcome struct {
 // Transient reports whether the command could not be handled now and may be retried as is.
 func (o Outcome) Transient() bool { return o.Error != nil && !o.Error.final() }
 
-// Handle validates and applies one command. ctx carries the producer's trace context.
-func (h *Handler) Handle(ctx context.Context, cmd string, body []byte) Outcome {
-	ctx, span := h.tracer.Start(ctx, "agate.command."+cmd, trace.WithSpanKind(trace.SpanKindConsumer))
-	defer span.End()
-	out := h.handle(ctx, cmd, body)
-	span.SetAttributes(attribute.String("agate.command_id", out.CommandID), attribute.Bool("agate.ok", out.OK))
-	if out.Error != nil {
-		span.SetStatus(codes.Error, out.Error.Error())
-	}
-	return out
+// Request is one command to handle: its name (the last token of its subject) and its body. Ctx
+// carries the producer's trace context; nil means HandleBatch's ctx.
+type Request struct {
+	Ctx     context.Context
+	Command string
+	Body    []byte
 }
 
-func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
-	log := h.cfg.Logger.With(slog.String("command", cmd))
-	if len(body) > h.cfg.MaxBodyBytes {
-		return h.rejectUnread(ctx, cmd, body, invalid("", "body is %d bytes; the limit is %d bytes", len(body), h.cfg.MaxBodyBytes))
-	}
-	if !json.Valid(body) {
-		return h.rejectUnread(ctx, cmd, body, invalid("", "body is not valid JSON"))
-	}
-	if hasNUL(body) {
-		return h.rejectUnread(ctx, cmd, body, invalid("", "body contains a NUL character (\\u0000), which Agate cannot store; remove it"))
-	}
-	id := commandID(body)
-	if id != "" {
-		if prev, ok, err := h.seen(ctx, id); err != nil {
-			return h.transient(ctx, cmd, id, err)
-		} else if ok {
-			log.DebugContext(ctx, "command already handled; answering as before", slog.String("command_id", id))
-			return prev
-		}
-	}
-	if !isKnown(cmd) {
-		return h.rejectUnread(ctx, cmd, body, invalid("", "unknown command %q; this scheduler accepts: %s", cmd, strings.Join(known, ", ")))
-	}
-	apply, e := decoders[cmd](h.v, cmd, body)
-	if e != nil {
-		return h.rejectUnread(ctx, cmd, body, e)
-	}
+// Handle validates and applies one command. ctx carries the producer's trace context.
+func (h *Handler) Handle(ctx context.Context, cmd string, body []byte) Outcome {
+	return h.HandleBatch(ctx, []Request{{Ctx: ctx, Command: cmd, Body: body}})[0]
+}
 
-	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
-	var out Outcome
-	err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
-		a.tx, a.now = tx, h.cfg.Now()
-		if err := h.cfg.Locks.All(ctx, tx); err != nil {
-			return err
+// HandleBatch validates and applies commands in one transaction and returns their outcomes, in
+// the order of reqs. Each command is applied in its own savepoint, so a rejected one changes
+// nothing and the others commit; the transaction takes the lock partitions of the jobs the
+// commands name (every partition when one of them names none), in ascending order. A command
+// whose id was already handled, or appears earlier in reqs, is answered as that one was.
+// When the transaction fails as a whole (the database went away), every command that was not
+// answered from an earlier outcome is answered as transient, and none is remembered.
+func (h *Handler) HandleBatch(ctx context.Context, reqs []Request) []Outcome {
+	items := make([]*item, len(reqs))
+	spans := make([]trace.Span, len(reqs))
+	for i, r := range reqs {
+		rctx := r.Ctx
+		if rctx == nil {
+			rctx = ctx
 		}
-		result, err := apply(ctx, a)
-		if err != nil {
-			return err
-		}
-		out = Outcome{OK: true, CommandID: id, Command: cmd, Result: result}
-		return h.record(ctx, a, out, body)
-	})
-	var rej rejection
-	switch {
-	case errors.As(err, &rej):
-		return h.rejectUnread(ctx, cmd, body, rej.err)
-	case errors.Is(err, errDuplicate):
-		if prev, ok, err := h.seen(ctx, id); err == nil && ok {
-			return prev
-		}
-		return h.transient(ctx, cmd, id, errDuplicate)
-	case err != nil:
-		return h.transient(ctx, cmd, id, err)
+		rctx, spans[i] = h.tracer.Start(rctx, "agate.command."+r.Command, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attribute.Int("agate.batch", len(reqs))))
+		items[i] = &item{ctx: rctx, cmd: r.Command, body: r.Body}
 	}
-	h.cfg.Wake.Notify()
-	log.InfoContext(ctx, "command applied", slog.String("command_id", id))
-	return out
+	h.handle(ctx, items)
+	outs := make([]Outcome, len(items))
+	for i, it := range items {
+		outs[i] = it.out
+		spans[i].SetAttributes(attribute.String("agate.command_id", it.out.CommandID), attribute.Bool("agate.ok", it.out.OK))
+		if it.out.Error != nil {
+			spans[i].SetStatus(codes.Error, it.out.Error.Error())
+		}
+		spans[i].End()
+	}
+	return outs
+}
+
+// item is one command of a batch on its way to its outcome.
+type item struct {
+	ctx  context.Context // the request's, inside its span
+	cmd  string
+	body []byte
+	id   string
+
+	cmdv  command // decoded: what applies it and what it locks
+	rej   *Error  // a rejection to record
+	dupOf *item   // an earlier item of the batch with the same id
+	raced bool    // another transaction remembered the id first: its outcome is read after commit
+	fail  error   // the command failed in its savepoint (a bug, not a rejection): answered internal
+	done  bool    // out is the answer
+	out   Outcome
+	due   time.Time // earliest fire time of a trigger it scheduled, zero when none
+}
+
+// handle takes items from bodies to outcomes; see HandleBatch.
+func (h *Handler) handle(ctx context.Context, items []*item) {
+	first := map[string]*item{}
+	var ids []string
+	for _, it := range items {
+		if it.rej == nil { // GiveUp presets one
+			it.rej = h.precheck(it)
+		}
+		it.id = commandID(it.body)
+		if it.id == "" {
+			continue
+		}
+		if f, ok := first[it.id]; ok {
+			it.dupOf = f
+			continue
+		}
+		first[it.id] = it
+		if it.rej == nil {
+			ids = append(ids, it.id)
+		}
+	}
+	prev, err := h.seenAll(ctx, ids)
+	if err != nil {
+		h.transientAll(items, err)
+		return
+	}
+	for _, it := range items {
+		if it.dupOf != nil || it.rej != nil {
+			continue
+		}
+		if out, ok := prev[it.id]; ok && it.id != "" {
+			h.cfg.Logger.DebugContext(it.ctx, "command already handled; answering as before", slog.String("command_id", it.id))
+			it.out, it.done = out, true
+			continue
+		}
+		if !isKnown(it.cmd) {
+			it.rej = invalid("", "unknown command %q; this scheduler accepts: %s", it.cmd, strings.Join(known, ", "))
+			continue
+		}
+		it.cmdv, it.rej = decoders[it.cmd](h.v, it.cmd, it.body)
+	}
+	if err := h.apply(ctx, items); err != nil {
+		h.transientAll(items, err)
+		return
+	}
+	var raced []string
+	for _, it := range items {
+		if it.raced {
+			raced = append(raced, it.id)
+		}
+	}
+	if len(raced) > 0 {
+		prev, err := h.seenAll(ctx, raced)
+		for _, it := range items {
+			if !it.raced {
+				continue
+			}
+			if out, ok := prev[it.id]; ok && err == nil {
+				it.out = out
+			} else {
+				it.out = h.transient(it.ctx, it.cmd, it.id, cmp.Or(err, errDuplicate))
+			}
+		}
+	}
+	var due time.Time
+	for _, it := range items {
+		switch {
+		case it.dupOf != nil:
+			it.out = it.dupOf.out
+		case it.fail != nil:
+			it.out = h.transient(it.ctx, it.cmd, it.id, it.fail)
+		case it.raced || it.done:
+		case it.out.OK:
+			h.cfg.Logger.DebugContext(it.ctx, "command applied", slog.String("command", it.cmd), slog.String("command_id", it.id))
+			if !it.due.IsZero() && (due.IsZero() || it.due.Before(due)) {
+				due = it.due
+			}
+		default:
+			e := it.out.Error
+			h.cfg.Logger.WarnContext(it.ctx, "command rejected", slog.String("command", it.cmd), slog.String("command_id", it.id),
+				slog.String("code", e.Code), slog.String("field", e.Field), slog.String("reason", e.Message))
+		}
+	}
+	if !due.IsZero() {
+		h.cfg.Wake.NotifyDue(due)
+	}
+}
+
+// precheck is the checks before the id: size, JSON syntax, and no NUL that PostgreSQL could not store.
+func (h *Handler) precheck(it *item) *Error {
+	switch {
+	case len(it.body) > h.cfg.MaxBodyBytes:
+		return invalid("", "body is %d bytes; the limit is %d bytes", len(it.body), h.cfg.MaxBodyBytes)
+	case !json.Valid(it.body):
+		return invalid("", "body is not valid JSON")
+	case hasNUL(it.body):
+		return invalid("", "body contains a NUL character (\\u0000), which Agate cannot store; remove it")
+	}
+	return nil
+}
+
+// apply runs the batch's transaction: it takes the locks of the commands to apply, applies each
+// in a savepoint and records every final outcome. An error fails the whole batch.
+func (h *Handler) apply(ctx context.Context, items []*item) error {
+	var todo []*item
+	var sc scope
+	for _, it := range items {
+		if it.dupOf != nil || it.done {
+			continue
+		}
+		todo = append(todo, it)
+		if it.rej == nil {
+			sc = sc.union(it.cmdv.scope)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	return h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+		if err := sc.lock(ctx, tx, h.cfg.Locks); err != nil {
+			return err
+		}
+		for _, it := range todo {
+			it.out, it.raced, it.fail, it.due = Outcome{}, false, nil, time.Time{}
+			rej := it.rej
+			if rej == nil {
+				a := h.applyCtx(it, tx)
+				err := tx.Savepoint(ctx, func(sp *outbox.Tx) error {
+					a.tx = sp
+					result, err := it.cmdv.apply(it.ctx, a)
+					if err != nil {
+						return err
+					}
+					it.out = Outcome{OK: true, CommandID: it.id, Command: it.cmd, Result: result}
+					return h.record(it.ctx, a, it.out, it.body)
+				})
+				var r rejection
+				switch {
+				case err == nil:
+					it.due = a.due
+					continue
+				case errors.As(err, &r):
+					rej = r.err
+				case errors.Is(err, errDuplicate):
+					it.raced = true
+					continue
+				case store.IsTransient(err) || ctx.Err() != nil:
+					return err
+				default:
+					// This command alone failed (a bug, or data the checks missed): the others
+					// go on, and it is answered internal, so it comes round again.
+					it.fail = err
+					continue
+				}
+			}
+			// The command name comes from the subject, which may hold anything.
+			it.out = Outcome{OK: false, CommandID: it.id, Command: strings.ToValidUTF8(strings.ReplaceAll(it.cmd, "\x00", ""), "?"), Error: rej}
+			a := h.applyCtx(it, tx)
+			err := tx.Savepoint(ctx, func(sp *outbox.Tx) error {
+				a.tx = sp
+				return h.record(it.ctx, a, it.out, it.body)
+			})
+			switch {
+			case errors.Is(err, errDuplicate):
+				it.raced = true
+			case err != nil:
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (h *Handler) applyCtx(it *item, tx *outbox.Tx) *applyCtx {
+	return &applyCtx{h: h, tx: tx, now: h.cfg.Now(), commandID: it.id, traceParent: telemetry.TraceParent(it.ctx)}
+}
+
+// transientAll answers every item not answered yet as transient: the batch did not commit.
+func (h *Handler) transientAll(items []*item, err error) {
+	for _, it := range items {
+		if it.done {
+			continue
+		}
+		it.out = h.transient(it.ctx, it.cmd, it.id, err)
+	}
 }
 
 var errDuplicate = errors.New("the same command id is being applied by another node")
@@ -205,29 +390,6 @@ func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []b
 	return a.event(typ, events.AggregateCommand, aggID, "command", data)
 }
 
-// rejectUnread records a rejection (final outcome + CommandRejected event) in its own transaction.
-func (h *Handler) rejectUnread(ctx context.Context, cmd string, body []byte, e *Error) Outcome {
-	id := commandID(body)
-	// The command name comes from the subject, which may hold anything.
-	out := Outcome{OK: false, CommandID: id, Command: strings.ToValidUTF8(strings.ReplaceAll(cmd, "\x00", ""), "?"), Error: e}
-	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
-	err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
-		a.tx, a.now = tx, h.cfg.Now()
-		return h.record(ctx, a, out, body)
-	})
-	if errors.Is(err, errDuplicate) {
-		if prev, ok, err := h.seen(ctx, id); err == nil && ok {
-			return prev
-		}
-	}
-	if err != nil {
-		return h.transient(ctx, cmd, id, err)
-	}
-	h.cfg.Logger.WarnContext(ctx, "command rejected", slog.String("command", cmd), slog.String("command_id", id),
-		slog.String("code", e.Code), slog.String("field", e.Field), slog.String("reason", e.Message))
-	return out
-}
-
 func (h *Handler) transient(ctx context.Context, cmd, id string, err error) Outcome {
 	h.cfg.Logger.WarnContext(ctx, "command could not be handled now; it can be retried",
 		slog.String("command", cmd), slog.String("command_id", id), slog.Any("error", err))
@@ -239,20 +401,33 @@ func (h *Handler) transient(ctx context.Context, cmd, id string, err error) Outc
 	return Outcome{OK: false, CommandID: id, Command: cmd, Error: e}
 }
 
-func (h *Handler) seen(ctx context.Context, id string) (Outcome, bool, error) {
-	var raw []byte
-	err := h.pool.QueryRow(ctx, queries.Get("SeenOutcome"), h.cfg.Namespace, id).Scan(&raw)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Outcome{}, false, nil
+// seenAll reads the remembered outcomes of ids.
+func (h *Handler) seenAll(ctx context.Context, ids []string) (map[string]Outcome, error) {
+	if len(ids) == 0 {
+		return nil, nil
 	}
+	rows, err := h.pool.Query(ctx, queries.Get("SeenOutcomes"), h.cfg.Namespace, ids)
 	if err != nil {
-		return Outcome{}, false, fmt.Errorf("reading command outcome: %w", err)
+		return nil, fmt.Errorf("reading command outcomes: %w", err)
 	}
-	var out Outcome
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return Outcome{}, false, fmt.Errorf("reading command outcome: %w", err)
+	defer rows.Close()
+	prev := make(map[string]Outcome, len(ids))
+	for rows.Next() {
+		var id string
+		var raw []byte
+		if err := rows.Scan(&id, &raw); err != nil {
+			return nil, fmt.Errorf("reading command outcomes: %w", err)
+		}
+		var out Outcome
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, fmt.Errorf("reading the outcome of command %s: %w", id, err)
+		}
+		prev[id] = out
 	}
-	return out, true, nil
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading command outcomes: %w", err)
+	}
+	return prev, nil
 }
 
 // commandID is the body's id when it is a string of at most 128 characters, else "": an
@@ -292,6 +467,6 @@ func hasNUL(body []byte) bool {
 func (h *Handler) GiveUp(ctx context.Context, cmd string, body []byte, deliveries int, last *Error) {
 	h.cfg.Logger.ErrorContext(ctx, "giving up a command that failed on every delivery", slog.String("command", cmd),
 		slog.String("command_id", commandID(body)), slog.Int("deliveries", deliveries), slog.String("error", last.Message))
-	h.rejectUnread(ctx, cmd, body, &Error{Code: CodeInternal,
-		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)})
+	h.handle(ctx, []*item{{ctx: ctx, cmd: cmd, body: body, rej: &Error{Code: CodeInternal,
+		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)}}})
 }

@@ -1,6 +1,3 @@
--- name: SeenOutcome
-select outcome from commands_seen where sched_name = $1 and command_id = $2;
-
 -- name: RememberOutcome
 insert into commands_seen (sched_name, command_id, outcome) values ($1, $2, $3)
 on conflict do nothing;
@@ -61,3 +58,6 @@ delete from calendars where sched_name = $1 and calendar_name = $2;
 -- name: KeepRejectedBody
 insert into rejected_bodies (sched_name, sha256, body) values ($1, $2, $3)
 on conflict do nothing;
+
+-- name: SeenOutcomes
+select command_id, outcome from commands_seen where sched_name = $1 and command_id = any($2);

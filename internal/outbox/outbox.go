@@ -88,6 +88,25 @@ type Tx struct {
 // commit and published after.
 func (tx *Tx) Append(evs ...events.Event) { tx.evs = append(tx.evs, evs...) }
 
+// Savepoint runs fn in a nested transaction (a SAVEPOINT) of tx: when fn returns an error its
+// writes and the events it appended are rolled back and the rest of tx goes on; else they stay
+// part of tx. The error is fn's, or the savepoint's own.
+func (tx *Tx) Savepoint(ctx context.Context, fn func(tx *Tx) error) error {
+	n := len(tx.evs)
+	err := pgx.BeginFunc(ctx, tx.Tx, func(sp pgx.Tx) error {
+		inner := &Tx{Tx: sp, evs: tx.evs}
+		if err := fn(inner); err != nil {
+			return err
+		}
+		tx.evs = inner.evs
+		return nil
+	})
+	if err != nil {
+		tx.evs = tx.evs[:n]
+	}
+	return err
+}
+
 // InTx runs fn in a transaction. The events fn appended are written to the log in that
 // transaction, in one statement; once the commit succeeded they are queued for publishing. An
 // event that cannot be queued is in the log, and the sweep publishes it.
