@@ -204,15 +204,19 @@ func (a *applyCtx) storeJob(ctx context.Context, job JobSpec, replace bool, time
 		return reject(&Error{Code: CodeAlreadyExists, Field: "job",
 			Message: fmt.Sprintf("job %s.%s already exists; send replace: true to replace it", job.Group, job.Name)})
 	}
-	data := job.Data
-	if len(data) == 0 {
-		data = json.RawMessage("{}")
-	}
 	if _, err := a.tx.Exec(ctx, queries.Get("UpsertJob"), ns, job.Group, job.Name, job.Type, job.Description,
-		job.Durable, job.Nonconcurrent, job.RequestsRecovery, timeoutMilli, data); err != nil {
+		job.Durable, job.Nonconcurrent, job.RequestsRecovery, timeoutMilli, jobData(job)); err != nil {
 		return fmt.Errorf("storing job: %w", err)
 	}
 	return nil
+}
+
+// jobData is the job's data as stored: {} when it has none.
+func jobData(job JobSpec) json.RawMessage {
+	if len(job.Data) == 0 {
+		return json.RawMessage("{}")
+	}
+	return job.Data
 }
 
 // initialState is the state of the job's new triggers: BLOCKED while a non-concurrent job runs
@@ -250,34 +254,71 @@ func (a *applyCtx) storeTrigger(ctx context.Context, c *ScheduleJob, i int, t *t
 			return ScheduledTrigger{}, fmt.Errorf("replacing trigger: %w", err)
 		}
 	}
-	schedule, err := json.Marshal(t.Definition)
+	row, err := a.triggerRow(job, ts, t, state)
 	if err != nil {
-		return ScheduledTrigger{}, fmt.Errorf("encoding trigger schedule: %w", err)
+		return ScheduledTrigger{}, err
 	}
-	start := a.now
-	if t.StartAt != nil {
-		start = *t.StartAt
-	}
-	priority := 5
-	if ts.Priority != nil {
-		priority = *ts.Priority
-	}
-	tdata := ts.Data
-	if len(tdata) == 0 {
-		tdata = json.RawMessage("{}")
-	}
-	next := t.NextFireTime.UTC()
-	if _, err := a.tx.Exec(ctx, queries.Get("InsertTrigger"), ns, ts.Group, ts.Name, job.Group, job.Name,
-		kindOf(t.Definition), schedule, start, t.EndAt, ts.Calendar, priority, misfireOf(t.Definition),
-		next, state, nullable(a.traceParent), tdata, store.SlotOf(job.Group, job.Name)); err != nil {
+	if _, err := a.tx.Exec(ctx, queries.Get("InsertTrigger"), append([]any{ns}, row.args()...)...); err != nil {
 		return ScheduledTrigger{}, fmt.Errorf("storing trigger %s.%s: %w", ts.Group, ts.Name, err)
 	}
-	a.dueAt(next)
-	key := events.Key{Group: ts.Group, Name: ts.Name}
-	err = a.event(events.TypeTriggerScheduled, events.AggregateTrigger, key.String(), "trigger",
+	return row.scheduled(), a.triggerScheduled(job, row)
+}
+
+// triggerRow is a trigger's row as schedule_job stores it: InsertTrigger's parameters after the
+// namespace (args), also inserted in bulk (bulk.go).
+type triggerRow struct {
+	Group, Name, JobGroup, JobName, Kind string
+	Schedule                             []byte
+	Start                                time.Time
+	End                                  *time.Time
+	Calendar                             *string
+	Priority                             int
+	Misfire                              string
+	Next                                 time.Time
+	State                                string
+	TraceParent                          *string
+	Data                                 json.RawMessage
+	Slot                                 int
+}
+
+func (a *applyCtx) triggerRow(job JobSpec, ts TriggerSpec, t *trigger.Trigger, state string) (triggerRow, error) {
+	schedule, err := json.Marshal(t.Definition)
+	if err != nil {
+		return triggerRow{}, fmt.Errorf("encoding trigger schedule: %w", err)
+	}
+	r := triggerRow{Group: ts.Group, Name: ts.Name, JobGroup: job.Group, JobName: job.Name, Kind: kindOf(t.Definition),
+		Schedule: schedule, Start: a.now, End: t.EndAt, Calendar: ts.Calendar, Priority: 5, Misfire: misfireOf(t.Definition),
+		Next: t.NextFireTime.UTC(), State: state, TraceParent: nullable(a.traceParent), Data: ts.Data,
+		Slot: store.SlotOf(job.Group, job.Name)}
+	if t.StartAt != nil {
+		r.Start = *t.StartAt
+	}
+	if ts.Priority != nil {
+		r.Priority = *ts.Priority
+	}
+	if len(r.Data) == 0 {
+		r.Data = json.RawMessage("{}")
+	}
+	return r, nil
+}
+
+func (r triggerRow) args() []any {
+	return []any{r.Group, r.Name, r.JobGroup, r.JobName, r.Kind, r.Schedule, r.Start, r.End, r.Calendar, r.Priority,
+		r.Misfire, r.Next, r.State, r.TraceParent, r.Data, r.Slot}
+}
+
+func (r triggerRow) scheduled() ScheduledTrigger {
+	next := r.Next
+	return ScheduledTrigger{Group: r.Group, Name: r.Name, NextFireTime: &next}
+}
+
+// triggerScheduled logs TriggerScheduled for a stored trigger and notes when it is due.
+func (a *applyCtx) triggerScheduled(job JobSpec, r triggerRow) error {
+	a.dueAt(r.Next)
+	key := events.Key{Group: r.Group, Name: r.Name}
+	return a.event(events.TypeTriggerScheduled, events.AggregateTrigger, key.String(), "trigger",
 		map[string]any{"trigger": key, "job": events.JobRef{Group: job.Group, Name: job.Name, Type: job.Type},
-			"commandId": a.commandID, "nextFireTime": next, "schedule": json.RawMessage(schedule)})
-	return ScheduledTrigger{Group: ts.Group, Name: ts.Name, NextFireTime: &next}, err
+			"commandId": a.commandID, "nextFireTime": r.Next, "schedule": json.RawMessage(r.Schedule)})
 }
 
 func (a *applyCtx) calendar(ctx context.Context, name *string, field string) (trigger.Calendar, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,5 +224,94 @@ func TestScopeUnion(t *testing.T) {
 	tx := pgx.Tx(nil)
 	if err := none.lock(t.Context(), tx, store.Locks{}); err != nil {
 		t.Errorf("an empty scope takes no lock: %v", err)
+	}
+}
+
+// A batch gives the outcomes, rows and events that applying its commands one by one gives, in
+// particular for the schedule_job commands it stores in bulk: new jobs, a job or trigger key
+// that exists, a key that appears twice, a replace and a delete after them.
+func TestBatchAppliesAsOneByOne(t *testing.T) {
+	at := time.Now().Add(time.Hour).Truncate(time.Second)
+	body := func(id, job, trig string, extra string) []byte {
+		return fmt.Appendf(nil, `{"id":%q,"job":{"group":"g","name":%q,"type":"noop"},"triggers":[{"group":"g","name":%q,"startAt":%q,"simple":{"repeatCount":0}}]%s}`,
+			id, job, trig, at.UTC().Format(time.RFC3339), extra)
+	}
+	pre := []Request{{Command: "schedule_job", Body: body("p1", "old", "old-t", "")}}
+	reqs := []Request{
+		{Command: "schedule_job", Body: body("b1", "a", "a-t", "")},
+		{Command: "schedule_job", Body: []byte(`{"id":"b2"}`)}, // rejected by its schema
+		{Command: "schedule_job", Body: body("b3", "b", "b-t", "")},
+		{Command: "schedule_job", Body: body("b4", "old", "new-t", "")}, // job exists
+		{Command: "schedule_job", Body: body("b5", "c", "old-t", "")},   // trigger exists
+		{Command: "schedule_job", Body: body("b6", "d", "a-t", "")},     // trigger of b1
+		{Command: "schedule_job", Body: body("b7", "e", "e-t", "")},
+		{Command: "schedule_job", Body: body("b8", "a", "a-t2", `,"replace":true`)},
+		{Command: "delete_job", Body: []byte(`{"id":"b9","job":{"group":"g","name":"b"}}`)},
+		{Command: "schedule_job", Body: body("b10", "b", "b-t", "")},
+	}
+	type result struct {
+		outs   []string
+		rows   []string
+		events []string
+	}
+	run := func(batch bool) result {
+		f := testenv.NewFixture(t, 8)
+		h := newHandler(t, f, func(c *Config) { c.Now = func() time.Time { return at.Add(-time.Hour) } })
+		h.HandleBatch(t.Context(), pre)
+		var outs []Outcome
+		if batch {
+			outs = h.HandleBatch(t.Context(), reqs)
+		} else {
+			for _, r := range reqs {
+				outs = append(outs, h.Handle(t.Context(), r.Command, r.Body))
+			}
+		}
+		var res result
+		for _, o := range outs {
+			b, _ := json.Marshal(o)
+			res.outs = append(res.outs, string(b))
+		}
+		rows, err := f.Pool.Query(t.Context(), `select t.trigger_name || '/' || t.job_name || '/' || t.state || '/' || t.next_fire_time::text || '/' || t.schedule::text || '/' || t.partition || '/' || j.job_type || '/' || j.data::text
+			from triggers t join job_details j using (sched_name, job_group, job_name) where t.sched_name = $1 order by 1`, f.Namespace())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.rows, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			t.Fatal(err)
+		}
+		rows, err = f.Pool.Query(t.Context(), `select type || ' ' || aggregate_id || ' ' || (data - 'schedule')::text from events where sched_name = $1 order by seq`, f.Namespace())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.events, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	one, batch := run(false), run(true)
+	for i := range reqs {
+		if one.outs[i] != batch.outs[i] {
+			t.Errorf("command %d: one by one %s, in a batch %s", i, one.outs[i], batch.outs[i])
+		}
+	}
+	if fmt.Sprint(one.rows) != fmt.Sprint(batch.rows) {
+		t.Errorf("rows differ:\none by one %q\nin a batch %q", one.rows, batch.rows)
+	}
+	// The batch logs the events of the commands it stored in bulk first; each command's events
+	// are the same and in the same order.
+	sortByCommand := func(evs []string) string {
+		per := map[string][]string{}
+		for _, e := range evs {
+			var k string
+			if i := strings.Index(e, `"commandId": "`); i >= 0 {
+				k = e[i+14:]
+				k = k[:strings.IndexByte(k, '"')]
+			}
+			per[k] = append(per[k], e)
+		}
+		return fmt.Sprint(per)
+	}
+	if sortByCommand(one.events) != sortByCommand(batch.events) {
+		t.Errorf("events differ:\none by one %q\nin a batch %q", one.events, batch.events)
 	}
 }

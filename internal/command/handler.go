@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -126,25 +127,13 @@ func (h *Handler) Handle(ctx context.Context, cmd string, body []byte) Outcome {
 // answered from an earlier outcome is answered as transient, and none is remembered.
 func (h *Handler) HandleBatch(ctx context.Context, reqs []Request) []Outcome {
 	items := make([]*item, len(reqs))
-	spans := make([]trace.Span, len(reqs))
 	for i, r := range reqs {
-		rctx := r.Ctx
-		if rctx == nil {
-			rctx = ctx
-		}
-		rctx, spans[i] = h.tracer.Start(rctx, "agate.command."+r.Command, trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(attribute.Int("agate.batch", len(reqs))))
-		items[i] = &item{ctx: rctx, cmd: r.Command, body: r.Body}
+		items[i] = h.prepare(ctx, r)
 	}
-	h.handle(ctx, items)
+	h.run(ctx, items)
 	outs := make([]Outcome, len(items))
 	for i, it := range items {
-		outs[i] = it.out
-		spans[i].SetAttributes(attribute.String("agate.command_id", it.out.CommandID), attribute.Bool("agate.ok", it.out.OK))
-		if it.out.Error != nil {
-			spans[i].SetStatus(codes.Error, it.out.Error.Error())
-		}
-		spans[i].End()
+		outs[i] = it.finish(len(items))
 	}
 	return outs
 }
@@ -152,29 +141,76 @@ func (h *Handler) HandleBatch(ctx context.Context, reqs []Request) []Outcome {
 // item is one command of a batch on its way to its outcome.
 type item struct {
 	ctx  context.Context // the request's, inside its span
+	span trace.Span
 	cmd  string
 	body []byte
 	id   string
 
+	early *Error  // a rejection recorded whatever the id's past: size, JSON (or GiveUp's)
+	rej   *Error  // a rejection of the command as decoded, recorded unless the id was handled
 	cmdv  command // decoded: what applies it and what it locks
-	rej   *Error  // a rejection to record
-	dupOf *item   // an earlier item of the batch with the same id
-	raced bool    // another transaction remembered the id first: its outcome is read after commit
-	fail  error   // the command failed in its savepoint (a bug, not a rejection): answered internal
-	done  bool    // out is the answer
+
+	dupOf *item // an earlier item of the batch with the same id
+	raced bool  // another transaction remembered the id first: its outcome is read after commit
+	fail  error // the command failed in its savepoint (a bug, not a rejection): answered internal
+	done  bool  // out is the answer, from the id's past
 	out   Outcome
 	due   time.Time // earliest fire time of a trigger it scheduled, zero when none
 }
 
-// handle takes items from bodies to outcomes; see HandleBatch.
-func (h *Handler) handle(ctx context.Context, items []*item) {
+// prepare takes a request as far as it goes without the database: size, JSON syntax, id,
+// command name, JSON Schema and decoding. It runs on the caller's goroutine, so that commands
+// gathered from concurrent callers are decoded in parallel.
+func (h *Handler) prepare(ctx context.Context, r Request) *item {
+	rctx := r.Ctx
+	if rctx == nil {
+		rctx = ctx
+	}
+	rctx, span := h.tracer.Start(rctx, "agate.command."+r.Command, trace.WithSpanKind(trace.SpanKindConsumer))
+	it := &item{ctx: rctx, span: span, cmd: r.Command, body: r.Body}
+	it.early = h.precheck(it)
+	it.id = commandID(it.body)
+	switch {
+	case it.early != nil:
+	case !isKnown(it.cmd):
+		it.rej = invalid("", "unknown command %q; this scheduler accepts: %s", it.cmd, strings.Join(known, ", "))
+	default:
+		it.cmdv, it.rej = decoders[it.cmd](h.v, it.cmd, it.body)
+	}
+	return it
+}
+
+// finish ends the item's span and returns its outcome.
+func (it *item) finish(batch int) Outcome {
+	it.span.SetAttributes(attribute.String("agate.command_id", it.out.CommandID), attribute.Bool("agate.ok", it.out.OK),
+		attribute.Int("agate.batch", batch))
+	if it.out.Error != nil {
+		it.span.SetStatus(codes.Error, it.out.Error.Error())
+	}
+	it.span.End()
+	return it.out
+}
+
+// applies reports whether the item is a command to apply (not a rejection).
+func (it *item) applies() bool { return it.early == nil && it.rej == nil }
+
+// precheck is the checks before the id: size, JSON syntax, and no NUL that PostgreSQL could not store.
+func (h *Handler) precheck(it *item) *Error {
+	switch {
+	case len(it.body) > h.cfg.MaxBodyBytes:
+		return invalid("", "body is %d bytes; the limit is %d bytes", len(it.body), h.cfg.MaxBodyBytes)
+	case !json.Valid(it.body):
+		return invalid("", "body is not valid JSON")
+	case hasNUL(it.body):
+		return invalid("", "body contains a NUL character (\\u0000), which Agate cannot store; remove it")
+	}
+	return nil
+}
+
+// run takes prepared items to their outcomes in one transaction; see HandleBatch.
+func (h *Handler) run(ctx context.Context, items []*item) {
 	first := map[string]*item{}
-	var ids []string
 	for _, it := range items {
-		if it.rej == nil { // GiveUp presets one
-			it.rej = h.precheck(it)
-		}
-		it.id = commandID(it.body)
 		if it.id == "" {
 			continue
 		}
@@ -183,32 +219,13 @@ func (h *Handler) handle(ctx context.Context, items []*item) {
 			continue
 		}
 		first[it.id] = it
-		if it.rej == nil {
-			ids = append(ids, it.id)
-		}
 	}
-	prev, err := h.seenAll(ctx, ids)
-	if err != nil {
-		h.transientAll(items, err)
-		return
-	}
-	for _, it := range items {
-		if it.dupOf != nil || it.rej != nil {
-			continue
+	if err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error { return h.applyAll(ctx, tx, items) }); err != nil {
+		for _, it := range items {
+			if !it.done {
+				it.out = h.transient(it.ctx, it.cmd, it.id, err)
+			}
 		}
-		if out, ok := prev[it.id]; ok && it.id != "" {
-			h.cfg.Logger.DebugContext(it.ctx, "command already handled; answering as before", slog.String("command_id", it.id))
-			it.out, it.done = out, true
-			continue
-		}
-		if !isKnown(it.cmd) {
-			it.rej = invalid("", "unknown command %q; this scheduler accepts: %s", it.cmd, strings.Join(known, ", "))
-			continue
-		}
-		it.cmdv, it.rej = decoders[it.cmd](h.v, it.cmd, it.body)
-	}
-	if err := h.apply(ctx, items); err != nil {
-		h.transientAll(items, err)
 		return
 	}
 	var raced []string
@@ -218,7 +235,7 @@ func (h *Handler) handle(ctx context.Context, items []*item) {
 		}
 	}
 	if len(raced) > 0 {
-		prev, err := h.seenAll(ctx, raced)
+		prev, err := h.seen(ctx, h.pool, raced)
 		for _, it := range items {
 			if !it.raced {
 				continue
@@ -254,103 +271,101 @@ func (h *Handler) handle(ctx context.Context, items []*item) {
 	}
 }
 
-// precheck is the checks before the id: size, JSON syntax, and no NUL that PostgreSQL could not store.
-func (h *Handler) precheck(it *item) *Error {
-	switch {
-	case len(it.body) > h.cfg.MaxBodyBytes:
-		return invalid("", "body is %d bytes; the limit is %d bytes", len(it.body), h.cfg.MaxBodyBytes)
-	case !json.Valid(it.body):
-		return invalid("", "body is not valid JSON")
-	case hasNUL(it.body):
-		return invalid("", "body contains a NUL character (\\u0000), which Agate cannot store; remove it")
+// applyAll is the batch's transaction: it answers the ids handled before, takes the locks of the
+// commands to apply, applies each in a savepoint and records every final outcome. An error fails
+// the whole batch.
+func (h *Handler) applyAll(ctx context.Context, tx *outbox.Tx, items []*item) error {
+	var ids []string
+	for _, it := range items {
+		it.out, it.done, it.raced, it.fail, it.due = Outcome{}, false, false, nil, time.Time{}
+		if it.dupOf == nil && it.early == nil && it.id != "" {
+			ids = append(ids, it.id)
+		}
 	}
-	return nil
-}
-
-// apply runs the batch's transaction: it takes the locks of the commands to apply, applies each
-// in a savepoint and records every final outcome. An error fails the whole batch.
-func (h *Handler) apply(ctx context.Context, items []*item) error {
+	prev, err := h.seen(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
 	var todo []*item
 	var sc scope
 	for _, it := range items {
-		if it.dupOf != nil || it.done {
+		if out, ok := prev[it.id]; ok && it.dupOf == nil && it.early == nil {
+			h.cfg.Logger.DebugContext(it.ctx, "command already handled; answering as before", slog.String("command_id", it.id))
+			it.out, it.done = out, true
+			continue
+		}
+		if it.dupOf != nil {
 			continue
 		}
 		todo = append(todo, it)
-		if it.rej == nil {
+		if it.applies() {
 			sc = sc.union(it.cmdv.scope)
 		}
 	}
-	if len(todo) == 0 {
-		return nil
+	if err := sc.lock(ctx, tx, h.cfg.Locks); err != nil {
+		return err
 	}
-	return h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
-		if err := sc.lock(ctx, tx, h.cfg.Locks); err != nil {
-			return err
+	bulk, err := h.bulkSchedule(ctx, tx, todo)
+	if err != nil {
+		return err
+	}
+	for _, it := range todo {
+		if bulk[it] {
+			continue
 		}
-		for _, it := range todo {
-			it.out, it.raced, it.fail, it.due = Outcome{}, false, nil, time.Time{}
-			rej := it.rej
-			if rej == nil {
-				a := h.applyCtx(it, tx)
-				err := tx.Savepoint(ctx, func(sp *outbox.Tx) error {
-					a.tx = sp
-					result, err := it.cmdv.apply(it.ctx, a)
-					if err != nil {
-						return err
-					}
-					it.out = Outcome{OK: true, CommandID: it.id, Command: it.cmd, Result: result}
-					return h.record(it.ctx, a, it.out, it.body)
-				})
-				var r rejection
-				switch {
-				case err == nil:
-					it.due = a.due
-					continue
-				case errors.As(err, &r):
-					rej = r.err
-				case errors.Is(err, errDuplicate):
-					it.raced = true
-					continue
-				case store.IsTransient(err) || ctx.Err() != nil:
-					return err
-				default:
-					// This command alone failed (a bug, or data the checks missed): the others
-					// go on, and it is answered internal, so it comes round again.
-					it.fail = err
-					continue
-				}
-			}
-			// The command name comes from the subject, which may hold anything.
-			it.out = Outcome{OK: false, CommandID: it.id, Command: strings.ToValidUTF8(strings.ReplaceAll(it.cmd, "\x00", ""), "?"), Error: rej}
+		rej := cmp.Or(it.early, it.rej)
+		if rej == nil {
 			a := h.applyCtx(it, tx)
-			err := tx.Savepoint(ctx, func(sp *outbox.Tx) error {
-				a.tx = sp
+			err := tx.Savepoint(ctx, func(*outbox.Tx) error {
+				result, err := it.cmdv.apply(it.ctx, a)
+				if err != nil {
+					return err
+				}
+				it.out = Outcome{OK: true, CommandID: it.id, Command: it.cmd, Result: result}
 				return h.record(it.ctx, a, it.out, it.body)
 			})
+			var r rejection
 			switch {
+			case err == nil:
+				it.due = a.due
+				continue
+			case errors.As(err, &r):
+				rej = r.err
 			case errors.Is(err, errDuplicate):
 				it.raced = true
-			case err != nil:
+				continue
+			case store.IsTransient(err) || ctx.Err() != nil:
 				return err
+			default:
+				// This command alone failed (a bug, or data the checks missed): the others go on,
+				// and it is answered internal, so it comes round again.
+				it.fail = err
+				continue
 			}
 		}
-		return nil
-	})
+		// The command name comes from the subject, which may hold anything.
+		it.out = Outcome{OK: false, CommandID: it.id, Command: strings.ToValidUTF8(strings.ReplaceAll(it.cmd, "\x00", ""), "?"), Error: rej}
+		a := h.applyCtx(it, tx)
+		err := tx.Savepoint(ctx, func(*outbox.Tx) error {
+			return h.record(it.ctx, a, it.out, it.body)
+		})
+		switch {
+		case errors.Is(err, errDuplicate):
+			it.raced = true
+		case err != nil:
+			return err
+		}
+	}
+	return nil
 }
 
 func (h *Handler) applyCtx(it *item, tx *outbox.Tx) *applyCtx {
 	return &applyCtx{h: h, tx: tx, now: h.cfg.Now(), commandID: it.id, traceParent: telemetry.TraceParent(it.ctx)}
 }
 
-// transientAll answers every item not answered yet as transient: the batch did not commit.
-func (h *Handler) transientAll(items []*item, err error) {
-	for _, it := range items {
-		if it.done {
-			continue
-		}
-		it.out = h.transient(it.ctx, it.cmd, it.id, err)
-	}
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 var errDuplicate = errors.New("the same command id is being applied by another node")
@@ -401,12 +416,12 @@ func (h *Handler) transient(ctx context.Context, cmd, id string, err error) Outc
 	return Outcome{OK: false, CommandID: id, Command: cmd, Error: e}
 }
 
-// seenAll reads the remembered outcomes of ids.
-func (h *Handler) seenAll(ctx context.Context, ids []string) (map[string]Outcome, error) {
+// seen reads the remembered outcomes of ids.
+func (h *Handler) seen(ctx context.Context, q querier, ids []string) (map[string]Outcome, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := h.pool.Query(ctx, queries.Get("SeenOutcomes"), h.cfg.Namespace, ids)
+	rows, err := q.Query(ctx, queries.Get("SeenOutcomes"), h.cfg.Namespace, ids)
 	if err != nil {
 		return nil, fmt.Errorf("reading command outcomes: %w", err)
 	}
@@ -467,6 +482,9 @@ func hasNUL(body []byte) bool {
 func (h *Handler) GiveUp(ctx context.Context, cmd string, body []byte, deliveries int, last *Error) {
 	h.cfg.Logger.ErrorContext(ctx, "giving up a command that failed on every delivery", slog.String("command", cmd),
 		slog.String("command_id", commandID(body)), slog.Int("deliveries", deliveries), slog.String("error", last.Message))
-	h.handle(ctx, []*item{{ctx: ctx, cmd: cmd, body: body, rej: &Error{Code: CodeInternal,
-		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)}}})
+	it := h.prepare(ctx, Request{Ctx: ctx, Command: cmd, Body: body})
+	it.early = &Error{Code: CodeInternal,
+		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)}
+	h.run(ctx, []*item{it})
+	it.finish(1)
 }

@@ -22,10 +22,12 @@ import (
 // applier applies one decoded command inside the command's transaction.
 type applier func(ctx context.Context, a *applyCtx) (any, error)
 
-// command is a decoded command: what applies it, and the lock partitions it needs.
+// command is a decoded command: what applies it, the lock partitions it needs, and the decoded
+// body (a *T of decodeAs).
 type command struct {
 	apply applier
 	scope scope
+	value any
 }
 
 // decoder validates a body for one command and returns what applies it.
@@ -40,7 +42,7 @@ func decodeAs[T any](apply func(*applyCtx, context.Context, *T) (any, error)) de
 			return command{}, e
 		}
 		return command{apply: func(ctx context.Context, a *applyCtx) (any, error) { return apply(a, ctx, &c) },
-			scope: scopeOf(&c)}, nil
+			scope: scopeOf(&c), value: &c}, nil
 	}
 }
 
