@@ -25,6 +25,7 @@ import (
 
 	"github.com/agatesched/agate/internal/chaos"
 	"github.com/agatesched/agate/internal/cli"
+	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/events"
 )
 
@@ -37,8 +38,8 @@ type IntakeResult struct {
 	InFlight int     `json:"inFlight"` // publish window, requests in flight, or River's batch size
 	Seconds  float64 `json:"seconds"`
 	PerSec   float64 `json:"perSec"`
-	// AppliedPerSec is N / (start → every outcome remembered in the database), before the
-	// outbox publishes the CommandAccepted events (cmd path only).
+	// AppliedPerSec is N / (start → every command acknowledged, i.e. its batch committed),
+	// before the outbox publishes the CommandAccepted events (cmd path only).
 	AppliedPerSec float64 `json:"appliedPerSec,omitempty"`
 	Rejected      int     `json:"rejected"`
 	// CPU is the CPU seconds each kind of process used during the measurement: postgres (the
@@ -194,8 +195,9 @@ func (b *bench) runIntake(ctx context.Context, env *intakeEnv, nodes int) ([]Int
 		var rejected int
 		var appliedAt time.Time
 		if path == "cmd" {
-			applied := watchApplied(ctx, dbURL, ns, n)
-			rejected, err = publishCommands(ctx, nc, js, ns, n, window)
+			var last atomic.Uint64
+			applied := watchApplied(ctx, js, ns, last.Load)
+			rejected, err = publishCommands(ctx, nc, js, ns, n, window, &last)
 			appliedAt = applied()
 		} else {
 			rejected, err = requestCommands(ctx, nc, ns, n, b.o.IntakeInFlight)
@@ -223,25 +225,24 @@ func (b *bench) runIntake(ctx context.Context, env *intakeEnv, nodes int) ([]Int
 	return results, nil
 }
 
-// watchApplied counts the outcomes the database remembers under the cmd path's ids every 20 ms
-// until there are n; the returned function stops it and says when they were all there (zero if
-// they were not).
-func watchApplied(ctx context.Context, dbURL, ns string, n int) func() time.Time {
+// watchApplied watches, every 20 ms, the schedulers' command consumer until every message up
+// to stream sequence last is acknowledged (a node acks a command once its batch committed); the
+// returned function stops it and says when that was (zero if it was not). It asks NATS, not
+// PostgreSQL, so as not to load the database it measures.
+func watchApplied(ctx context.Context, js jetstream.JetStream, ns string, last func() uint64) func() time.Time {
 	ctx, cancel := context.WithCancel(ctx)
 	var at time.Time
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close(context.WithoutCancel(ctx))
 		for ctx.Err() == nil {
-			var got int
-			if err := conn.QueryRow(ctx, `select count(*) from commands_seen where sched_name = $1 and command_id like 'c-%'`, ns).Scan(&got); err == nil && got >= n {
-				at = time.Now()
-				return
+			if l := last(); l > 0 {
+				if cons, err := js.Consumer(ctx, events.StreamCommands(ns), command.DurableName); err == nil {
+					if info, err := cons.Info(ctx); err == nil && info.AckFloor.Stream >= l {
+						at = time.Now()
+						return
+					}
+				}
 			}
 			select {
 			case <-ctx.Done():
@@ -250,7 +251,7 @@ func watchApplied(ctx context.Context, dbURL, ns string, n int) func() time.Time
 		}
 	}()
 	return func() time.Time {
-		// All are counted before every event was seen, unless the run failed.
+		// All are acknowledged before every event was seen, unless the run failed.
 		t := time.NewTimer(10 * time.Second)
 		defer t.Stop()
 		select {
@@ -302,7 +303,7 @@ func intakeBody(prefix string, i int, at string) []byte {
 // publishCommands publishes n schedule_job commands on the cmd subject asynchronously, at most
 // window unacknowledged by JetStream, and returns once a CommandAccepted or CommandRejected
 // event was seen for each (the rejected count).
-func publishCommands(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, ns string, n, window int) (int, error) {
+func publishCommands(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, ns string, n, window int, last *atomic.Uint64) (int, error) {
 	var accepted, rejected atomic.Int64
 	seen := make(map[string]bool, n)
 	var mu sync.Mutex
@@ -341,9 +342,13 @@ func publishCommands(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 	errc := make(chan error, 1)
 	go func() {
 		defer close(errc)
+		var maxSeq uint64
+		// The watcher looks once every command is stored: at the highest sequence of them.
+		defer func() { last.Store(maxSeq) }()
 		for f := range acks {
 			select {
-			case <-f.Ok():
+			case ack := <-f.Ok():
+				maxSeq = max(maxSeq, ack.Sequence)
 			case err := <-f.Err():
 				errc <- fmt.Errorf("publishing a command: %w", err)
 				for range acks { // let the publisher finish
