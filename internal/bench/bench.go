@@ -193,7 +193,7 @@ func (b *bench) intake(ctx context.Context) ([]IntakeResult, error) {
 	if b.o.IntakeRiver {
 		r, err := b.runRiver(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("River InsertMany: %w", err)
+			return nil, fmt.Errorf("measuring River's InsertMany: %w", err)
 		}
 		out = append(out, r)
 	}
