@@ -222,7 +222,10 @@ func (h *Handler) run(ctx context.Context, items []*item) {
 	}
 	if err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error { return h.applyAll(ctx, tx, items) }); err != nil {
 		for _, it := range items {
-			if !it.done {
+			switch {
+			case it.dupOf != nil && it.dupOf.done:
+				it.out = it.dupOf.out
+			case !it.done:
 				it.out = h.transient(it.ctx, it.cmd, it.id, err)
 			}
 		}
