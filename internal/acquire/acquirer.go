@@ -120,9 +120,13 @@ func (a *Acquirer) Run(ctx context.Context) error {
 			// Sleep until the earliest waiting trigger enters the fire-ahead window.
 			wait = min(wait, max(0, res.NextWaiting.Sub(a.cfg.Now())-a.cfg.FireAhead))
 		}
-		// A command wakes the loop only for a trigger due before this planned pass: the pass at
-		// now+wait claims every trigger due up to FireAhead after it.
-		a.cfg.Wake.Planned(a.cfg.Now().Add(wait))
+		// A command wakes the loop only for a trigger due before this planned pass (the pass at
+		// now+wait claims every trigger due up to FireAhead after it); one scheduled while this
+		// pass ran is planned for here.
+		now := a.cfg.Now()
+		if due := a.cfg.Wake.Planned(now.Add(wait)); !due.IsZero() {
+			wait = min(wait, max(0, due.Sub(now)-a.cfg.FireAhead))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

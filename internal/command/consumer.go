@@ -59,7 +59,7 @@ func (h *Handler) Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	g := newGatherer(h)
 	router.AddMiddleware(middleware.Recoverer)
 	router.AddConsumerHandler("commands", subjects.All("cmd"),
-		&streamSubscriber{cons: cons, nakDelay: 2 * time.Second, maxInFlight: 2 * g.max},
+		&streamSubscriber{cons: cons, nakDelay: 2 * time.Second, maxInFlight: 8 * g.max},
 		func(m *message.Message) error {
 			ctx := telemetry.WithTraceParent(m.Context(), m.Metadata.Get("traceparent"))
 			cmd := commandOf(m.Metadata.Get(metaSubject))
