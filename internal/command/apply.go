@@ -85,8 +85,9 @@ type applyCtx struct {
 	due         time.Time // earliest fire time of the triggers it scheduled (dueAt)
 }
 
-// dueAt says the command made a trigger due at t, so that the acquire loop is woken when its
-// next pass would come after t. Every apply function that schedules or moves a trigger calls it.
+// dueAt says the command made a trigger due at t, so that the acquire loop is woken only when
+// its next pass would come after t. An apply function that schedules or moves triggers calls it
+// for each; one that calls it for none wakes the loop at once.
 func (a *applyCtx) dueAt(t time.Time) {
 	if a.due.IsZero() || t.Before(a.due) {
 		a.due = t

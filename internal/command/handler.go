@@ -330,7 +330,10 @@ func (h *Handler) applyAll(ctx context.Context, tx *outbox.Tx, items []*item) er
 			var r rejection
 			switch {
 			case err == nil:
-				it.due = a.due
+				// A command that did not say when its triggers are due (dueAt) may have made one
+				// due now (a resume, a delete that unblocks nothing, a calendar): wake the loop,
+				// as every command did before batches.
+				it.due = cmp.Or(a.due, a.now)
 				continue
 			case errors.As(err, &r):
 				rej = r.err
