@@ -39,6 +39,11 @@ bench: ## the two-node acceptance workload and the 20k burst, with fires/s and l
 	@./scripts/ensure-postgres.sh
 	$(GO) run ./cmd/agatebench
 
+.PHONY: bench-intake
+bench-intake: ## command intake: schedule_job commands/s on cmd (JetStream) and api, 1/2/4 scheduler processes, beside River's InsertMany
+	@./scripts/ensure-postgres.sh
+	$(GO) run ./cmd/agatebench --workloads intake $(if $(PROFILE),--intake-profile $(PROFILE))
+
 .PHONY: chaos
 chaos: ## the 20-minute chaos run (about 240 faults): kills, stops and restarts under load, then checks no fire was lost or doubled (SEED=n replays)
 	@./scripts/ensure-postgres.sh

@@ -31,7 +31,7 @@ func main() {
 
 func rootCommand() *cobra.Command {
 	var o bench.Config
-	var burstNodes, steadyNodes string
+	var burstNodes, steadyNodes, intakeNodes string
 	cmd := &cobra.Command{
 		Use:   "agatebench",
 		Short: "Run Agate's benchmark workloads and compare them with the Quartz and River anchors",
@@ -50,6 +50,14 @@ Workloads:
           repeating every 200 ms for 5 s (25 fires each) = 1,500 fires.
   burst   Quartz's W1: N one-shot triggers all due at the same instant T0, on each node count
           of --burst-nodes. fires/s = N / (last job start - T0), Quartz's "T0->last exec".
+  intake  command intake: the built scheduler binaries as separate processes (and nats-server),
+          on each count of --intake-nodes; a producer in this process sends --intake-n
+          schedule_job commands (one one-shot trigger due in a day each) (a) on the durable cmd
+          subject with asynchronous publishing (--intake-window unacknowledged at most), timed
+          until a CommandAccepted event was seen for each, then (b) on the api subject with
+          --intake-in-flight requests in flight; then River's InsertMany of as many jobs on the
+          same server. Prints commands/s and the CPU seconds of postgres, nats-server, the
+          schedulers and the bench during each.
   steady  Quartz's W2: R triggers every 1 s for D (start times spread over 1 s); fires/s =
           fires / (last start - first start); lateness per window (a third of the run) shows
           whether the backlog grows.
@@ -82,6 +90,9 @@ run nothing else heavy on the machine while timing.`,
 			if o.SteadyNodes, err = parseInts(steadyNodes); err != nil {
 				return fmt.Errorf("--steady-nodes: %w", err)
 			}
+			if o.IntakeNodes, err = parseInts(intakeNodes); err != nil {
+				return fmt.Errorf("--intake-nodes: %w", err)
+			}
 			o.CommandLine = strings.Join(append([]string{"go run ./cmd/agatebench"}, os.Args[1:]...), " ")
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -93,7 +104,7 @@ run nothing else heavy on the machine while timing.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&o.Workloads, "workloads", []string{"accept", "burst", "steady"}, "workloads to run, in order: accept, burst, steady")
+	f.StringSliceVar(&o.Workloads, "workloads", []string{"accept", "burst", "steady"}, "workloads to run, in order: accept, burst, steady, intake")
 	f.StringVar(&o.DatabaseURL, "database-url", "", "use this PostgreSQL server (a URL to any database on it; the bench creates and drops its own databases) instead of starting a private one")
 	f.StringVarP(&o.Output, "output", "o", "table", "output format: table (markdown) or json")
 	f.IntVar(&o.BurstN, "burst-n", 20000, "burst: one-shot triggers due at T0")
@@ -102,6 +113,13 @@ run nothing else heavy on the machine while timing.`,
 	f.IntVar(&o.SteadyRate, "steady-rate", 500, "steady: triggers firing every 1 s, i.e. fires/s demanded (the target is 5000)")
 	f.DurationVar(&o.SteadyDuration, "steady-duration", 30*time.Second, "steady: how long each trigger repeats")
 	f.StringVar(&steadyNodes, "steady-nodes", "2", "steady: node counts to run, comma-separated")
+	f.IntVar(&o.IntakeN, "intake-n", 20000, "intake: schedule_job commands per measurement")
+	f.StringVar(&intakeNodes, "intake-nodes", "1,2,4", "intake: scheduler process counts to run, comma-separated")
+	f.IntVar(&o.IntakeWindow, "intake-window", 1000, "intake: cmd path, commands published and not yet acknowledged by JetStream at most")
+	f.IntVar(&o.IntakeInFlight, "intake-in-flight", 64, "intake: api path, requests in flight")
+	f.BoolVar(&o.IntakeRiver, "intake-river", true, "intake: measure River v0.51.1's InsertMany on the same server (internal/bench/riverinsert, fetched by go)")
+	f.StringVar(&o.IntakeProfile, "intake-profile", "", "intake: write a CPU profile of each scheduler process per measurement into this directory ("+cli.PprofEnv+")")
+	f.IntVar(&o.IntakeProfileSeconds, "intake-profile-seconds", 3, "intake: length of each CPU profile")
 	f.IntVar(&o.Workers, "workers", 2, "workers per workload")
 	f.IntVar(&o.Concurrency, "concurrency", 200, "jobs each worker runs at once")
 	f.Int32Var(&o.PoolSize, "pool-size", 8, "PostgreSQL connections per scheduler node")

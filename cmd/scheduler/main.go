@@ -227,6 +227,9 @@ func runNode(ctx context.Context, o *options) error {
 		return err
 	}
 	cfg.Logger = log
+	if err := cli.ServePprof(ctx, log); err != nil {
+		return fmt.Errorf("%s: %w", cli.PprofEnv, err)
+	}
 	shutdown, err := telemetry.Setup(ctx, "agate-scheduler")
 	if err != nil {
 		return err

@@ -52,7 +52,8 @@ type Config struct {
 	// Now is the node clock; tests inject one.
 	Now func() time.Time
 	// Wake makes the loop acquire at once instead of at its next planned pass: the steps that
-	// change triggers notify it.
+	// change triggers notify it. The loop tells it when its next pass is planned (Planned), so
+	// that NotifyDue wakes it only for triggers due before then.
 	Wake *wake.Signal
 	// Member is the node's membership: no pass runs while the node is out of the cluster, and
 	// every claim records its epoch.
@@ -119,6 +120,13 @@ func (a *Acquirer) Run(ctx context.Context) error {
 			// Sleep until the earliest waiting trigger enters the fire-ahead window.
 			wait = min(wait, max(0, res.NextWaiting.Sub(a.cfg.Now())-a.cfg.FireAhead))
 		}
+		// A command wakes the loop only for a trigger due before this planned pass (the pass at
+		// now+wait claims every trigger due up to FireAhead after it); one scheduled while this
+		// pass ran is planned for here.
+		now := a.cfg.Now()
+		if due := a.cfg.Wake.Planned(now.Add(wait)); !due.IsZero() {
+			wait = min(wait, max(0, due.Sub(now)-a.cfg.FireAhead))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -128,6 +136,7 @@ func (a *Acquirer) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		t.Stop()
+		a.cfg.Wake.Planned(time.Time{})
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -45,7 +46,16 @@ type Endpoint struct {
 	Name   string
 	Kind   string // "command" or "query", the endpoint's metadata
 	Handle Handler
+	// Concurrent endpoints handle each request on a goroutine of its own (at most InFlight per
+	// node at once), so that concurrent requests can be applied together (commands join one
+	// batch transaction). micro measures a handler's processing time and counts its errors when
+	// the handler returns, which for these is at once: their statistics count requests only.
+	Concurrent bool
 }
+
+// InFlight is how many requests of Concurrent endpoints one node handles at once; more wait in
+// their subscriptions.
+const InFlight = 512
 
 // Config configures the service of one node.
 type Config struct {
@@ -82,9 +92,12 @@ func Serve(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		}
 	}()
 	served := map[string]bool{}
+	slots := make(chan struct{}, InFlight)
+	var inflight sync.WaitGroup
+	defer inflight.Wait() // answers in flight go out before the service stops
 	for _, e := range cfg.Endpoints {
 		handle := e.Handle
-		err := svc.AddEndpoint(e.Name, micro.HandlerFunc(func(req micro.Request) {
+		answer := func(req micro.Request) {
 			reply, failed := handle(telemetry.FromHeader(ctx, nats.Header(req.Headers())), req.Data())
 			if req.Reply() == "" {
 				return // published, not requested: handled, nobody to answer
@@ -99,7 +112,20 @@ func Serve(ctx context.Context, nc *nats.Conn, cfg Config) error {
 			if err != nil {
 				log.WarnContext(ctx, "answering an api request failed", slog.String("subject", req.Subject()), slog.Any("error", err))
 			}
-		}), micro.WithEndpointSubject(subjects.API(e.Name)), micro.WithEndpointMetadata(map[string]string{"kind": e.Kind}))
+		}
+		if e.Concurrent {
+			serial := answer
+			answer = func(req micro.Request) {
+				slots <- struct{}{}
+				inflight.Add(1)
+				go func() {
+					defer func() { <-slots; inflight.Done() }()
+					serial(req)
+				}()
+			}
+		}
+		err := svc.AddEndpoint(e.Name, micro.HandlerFunc(answer),
+			micro.WithEndpointSubject(subjects.API(e.Name)), micro.WithEndpointMetadata(map[string]string{"kind": e.Kind}))
 		if err != nil {
 			return fmt.Errorf("adding the api endpoint %s: %w", subjects.API(e.Name), err)
 		}

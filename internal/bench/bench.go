@@ -25,7 +25,7 @@ import (
 
 // Config is one benchmark run.
 type Config struct {
-	// Workloads to run, in order: accept, burst, steady.
+	// Workloads to run, in order: accept, burst, steady, intake.
 	Workloads []string
 	// DatabaseURL names a PostgreSQL server to use instead of starting a private one.
 	DatabaseURL string
@@ -37,11 +37,21 @@ type Config struct {
 	SteadyRate     int
 	SteadyDuration time.Duration
 	SteadyNodes    []int
-	Workers        int
-	Concurrency    int
-	PoolSize       int32
-	LockMode       string
-	Partitions     int
+	// Intake: commands per measurement, node counts, the cmd path's publish window, the api
+	// path's requests in flight, whether River's InsertMany is measured beside, and where CPU
+	// profiles of the scheduler processes go (empty: none) and how long each lasts.
+	IntakeN              int
+	IntakeNodes          []int
+	IntakeWindow         int
+	IntakeInFlight       int
+	IntakeRiver          bool
+	IntakeProfile        string
+	IntakeProfileSeconds int
+	Workers              int
+	Concurrency          int
+	PoolSize             int32
+	LockMode             string
+	Partitions           int
 	// Lead is the time from the start of scheduling to T0; 0 = calibrated.
 	Lead    time.Duration
 	Timeout time.Duration
@@ -59,8 +69,11 @@ type Config struct {
 // Validate checks a configuration before anything starts.
 func (o Config) Validate() error {
 	for _, w := range o.Workloads {
-		if !slices.Contains([]string{"accept", "burst", "steady"}, w) {
-			return fmt.Errorf("unknown workload %q: use accept, burst or steady", w)
+		if !slices.Contains([]string{"accept", "burst", "steady", "intake"}, w) {
+			return fmt.Errorf("unknown workload %q: use accept, burst, steady or intake", w)
+		}
+		if w == "intake" && (o.IntakeN <= 0 || o.IntakeWindow <= 0 || o.IntakeInFlight <= 0 || len(o.IntakeNodes) == 0) {
+			return errors.New("intake: --intake-n, --intake-window, --intake-in-flight and --intake-nodes must be positive")
 		}
 	}
 	for _, kv := range o.PGSet {
@@ -115,9 +128,16 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 
 	b := &bench{o: o, inf: inf, log: log, compLog: compLog}
 	var results []Result
+	var intake []IntakeResult
 	for _, w := range o.Workloads {
 		var specs []spec
 		switch w {
+		case "intake":
+			r, err := b.intake(ctx)
+			if err != nil {
+				return err
+			}
+			intake = append(intake, r...)
 		case "accept":
 			specs = append(specs, acceptSpec(o.AcceptNodes))
 		case "burst":
@@ -142,8 +162,40 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 	}
 	env := describeEnv(inf, o)
 	if o.Output == "json" {
-		return writeJSON(out, env, results)
+		return writeJSON(out, env, results, intake)
 	}
-	writeTable(out, env, results)
+	if len(results) > 0 || len(intake) == 0 {
+		writeTable(out, env, results)
+	}
+	if len(intake) > 0 {
+		fmt.Fprintf(out, "## agatebench intake (%s)\n\n`%s` — %s, %d CPUs, %s (fsync=%s, synchronous_commit=%s).\n\n", env.When.Format(time.RFC3339),
+			env.Command, env.GoVersion, env.CPUs, env.PostgreSQL, env.PGSettings["fsync"], env.PGSettings["synchronous_commit"])
+		writeIntakeTable(out, intake)
+	}
 	return nil
+}
+
+// intake runs the intake workload on each node count, then River's InsertMany.
+func (b *bench) intake(ctx context.Context) ([]IntakeResult, error) {
+	env, err := b.startIntakeEnv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	var out []IntakeResult
+	for _, n := range b.o.IntakeNodes {
+		r, err := b.runIntake(ctx, env, n)
+		if err != nil {
+			return nil, fmt.Errorf("workload intake (%d nodes): %w", n, err)
+		}
+		out = append(out, r...)
+	}
+	if b.o.IntakeRiver {
+		r, err := b.runRiver(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("measuring River's InsertMany: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func TestValidate(t *testing.T) {
 		"count":     func(c *Config) { c.BurstN = 0 },
 		"pg-set":    func(c *Config) { c.PGSet = []string{"x; drop database y=1"} },
 		"short run": func(c *Config) { c.SteadyDuration = time.Millisecond },
+		"intake":    func(c *Config) { c.Workloads = []string{"intake"}; c.IntakeN = 0 },
 	} {
 		c := validConfig()
 		change(&c)
@@ -44,5 +46,15 @@ func TestReportNamesItsBaselines(t *testing.T) {
 		if strings.Contains(out, bad) {
 			t.Errorf("the report refers to %q:\n%s", bad, out)
 		}
+	}
+}
+
+// The intake workload's CPU split reads /proc: this process has used some CPU by now.
+func TestProcCPU(t *testing.T) {
+	for range 1_000_000 {
+		_ = strings.Repeat("x", 8)
+	}
+	if got := cpuSeconds(map[string][]int{"bench": {os.Getpid()}})["bench"]; got <= 0 {
+		t.Errorf("CPU seconds of this process: %v", got)
 	}
 }

@@ -183,10 +183,10 @@ func describeEnv(inf *infra, o Config) envInfo {
 	}
 }
 
-func writeJSON(w io.Writer, env envInfo, results []Result) error {
+func writeJSON(w io.Writer, env envInfo, results []Result, intake []IntakeResult) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(map[string]any{"environment": env, "results": results}); err != nil {
+	if err := enc.Encode(map[string]any{"environment": env, "results": results, "intake": intake}); err != nil {
 		return fmt.Errorf("writing JSON: %w", err)
 	}
 	return nil

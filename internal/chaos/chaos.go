@@ -175,7 +175,7 @@ func (c *cluster) restartNATS(ctx context.Context, down time.Duration) string {
 	if err != nil {
 		return "restart failed: " + err.Error()
 	}
-	_ = waitTCP(ctx, c.natsURL[len("nats://"):], 10*time.Second)
+	_ = WaitTCP(ctx, c.natsURL[len("nats://"):], 10*time.Second)
 	return fmt.Sprintf("down %s, back as %s", down.Round(100*time.Millisecond), np.id)
 }
 
@@ -202,7 +202,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (rep *Report, err error
 	binDir := cfg.BinDir
 	if binDir == "" {
 		binDir = filepath.Join(dir, "bin")
-		if err := buildBinaries(ctx, binDir, log); err != nil {
+		if err := BuildBinaries(ctx, binDir, log); err != nil {
 			return nil, err
 		}
 	}
@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (rep *Report, err error
 		}
 	}()
 
-	natsPort, err := freePort()
+	natsPort, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +263,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (rep *Report, err error
 	if _, err := c.sup.start("nats", roleNATS); err != nil {
 		return nil, err
 	}
-	if err := waitTCP(ctx, fmt.Sprintf("127.0.0.1:%d", natsPort), 20*time.Second); err != nil {
+	if err := WaitTCP(ctx, fmt.Sprintf("127.0.0.1:%d", natsPort), 20*time.Second); err != nil {
 		return nil, fmt.Errorf("nats-server: %w (log %s)", err, c.sup.get("nats").logPath)
 	}
 	// Migrate once, so that the nodes do not race to.

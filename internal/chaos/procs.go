@@ -22,8 +22,9 @@ const (
 	rolePG        = "postgresql"
 )
 
-// buildBinaries builds the scheduler, the worker and nats-server (a module dependency) into dir.
-func buildBinaries(ctx context.Context, dir string, log *slog.Logger) error {
+// BuildBinaries builds the scheduler, the worker and nats-server (a module dependency) into dir
+// (internal/bench runs them too).
+func BuildBinaries(ctx context.Context, dir string, log *slog.Logger) error {
 	start := time.Now()
 	for _, args := range [][]string{
 		{"build", "-o", dir + string(os.PathSeparator),
@@ -198,8 +199,8 @@ func (s *supervisor) stopAll(timeout time.Duration) {
 	}
 }
 
-// freePort returns a TCP port on 127.0.0.1 nobody listens on now.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 nobody listens on now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -208,8 +209,8 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// waitTCP waits until something accepts connections on addr.
-func waitTCP(ctx context.Context, addr string, timeout time.Duration) error {
+// WaitTCP waits until something accepts connections on addr.
+func WaitTCP(ctx context.Context, addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)

@@ -90,6 +90,7 @@ type applyCtx struct {
 	// replaced holds the versions of triggers deleted by this command to be stored again under
 	// the same key: the new row's version follows on, so a reader's version never comes back.
 	replaced map[events.Key]int64
+	due      time.Time // earliest fire time of the triggers it scheduled (dueAt)
 }
 
 // checkVersion refuses the command (failed_precondition, field expectedVersion) when expected
@@ -112,6 +113,15 @@ func (a *applyCtx) checkVersion(ctx context.Context, expected *int64, what, quer
 			Message: fmt.Sprintf("%s is at version %d, not %d: it changed since it was read; read it again and retry", what, v, *expected)})
 	}
 	return nil
+}
+
+// dueAt says the command made a trigger due at t, so that the acquire loop is woken only when
+// its next pass would come after t. An apply function that schedules or moves triggers calls it
+// for each; one that calls it for none wakes the loop at once.
+func (a *applyCtx) dueAt(t time.Time) {
+	if a.due.IsZero() || t.Before(a.due) {
+		a.due = t
+	}
 }
 
 func (a *applyCtx) event(typ, aggregate, aggregateID, kind string, data any) error {
@@ -225,15 +235,19 @@ func (a *applyCtx) storeJob(ctx context.Context, job JobSpec, replace bool, time
 		return true, reject(&Error{Code: CodeAlreadyExists, Field: "job",
 			Message: fmt.Sprintf("job %s.%s already exists; send replace: true to replace it", job.Group, job.Name)})
 	}
-	data := job.Data
-	if len(data) == 0 {
-		data = json.RawMessage("{}")
-	}
 	if _, err := a.tx.Exec(ctx, queries.Get("UpsertJob"), ns, job.Group, job.Name, job.Type, job.Description,
-		job.Durable, job.Nonconcurrent, job.RequestsRecovery, timeoutMilli, data, job.PersistData); err != nil {
+		job.Durable, job.Nonconcurrent, job.RequestsRecovery, timeoutMilli, jobData(job), job.PersistData); err != nil {
 		return exists, fmt.Errorf("storing job: %w", err)
 	}
 	return exists, nil
+}
+
+// jobData is the job's data as stored: {} when it has none.
+func jobData(job JobSpec) json.RawMessage {
+	if len(job.Data) == 0 {
+		return json.RawMessage("{}")
+	}
+	return job.Data
 }
 
 // storedJob is what a trigger needs to know about its job.
@@ -303,34 +317,72 @@ func (a *applyCtx) storeTrigger(ctx context.Context, job storedJob, ts TriggerSp
 	if err != nil {
 		return ScheduledTrigger{}, err
 	}
-	schedule, err := json.Marshal(t.Definition)
+	row, err := a.triggerRow(job.JobRef, ts, t, state)
 	if err != nil {
-		return ScheduledTrigger{}, fmt.Errorf("encoding trigger schedule: %w", err)
+		return ScheduledTrigger{}, err
 	}
-	start := a.now
-	if t.StartAt != nil {
-		start = *t.StartAt
-	}
-	priority := 5
-	if ts.Priority != nil {
-		priority = *ts.Priority
-	}
-	tdata := ts.Data
-	if len(tdata) == 0 {
-		tdata = json.RawMessage("{}")
-	}
-	next := t.NextFireTime.UTC()
-	if _, err := a.tx.Exec(ctx, queries.Get("InsertTrigger"), ns, ts.Group, ts.Name, job.Group, job.Name,
-		kindOf(t.Definition), schedule, start, t.EndAt, ts.Calendar, priority, misfireOf(t.Definition),
-		next, state, nullable(a.traceParent), tdata, store.SlotOf(job.Group, job.Name),
-		a.replaced[events.Key{Group: ts.Group, Name: ts.Name}]+1); err != nil {
+	if _, err := a.tx.Exec(ctx, queries.Get("InsertTrigger"), append([]any{ns}, row.args()...)...); err != nil {
 		return ScheduledTrigger{}, fmt.Errorf("storing trigger %s.%s: %w", ts.Group, ts.Name, err)
 	}
-	key := events.Key{Group: ts.Group, Name: ts.Name}
-	err = a.event(events.TypeTriggerScheduled, events.AggregateTrigger, key.String(), "trigger",
-		map[string]any{"trigger": key, "job": job.JobRef, "commandId": a.commandID, "nextFireTime": next,
-			"state": state, "schedule": json.RawMessage(schedule)})
-	return ScheduledTrigger{Group: ts.Group, Name: ts.Name, NextFireTime: &next}, err
+	return row.scheduled(), a.triggerScheduled(job.JobRef, row)
+}
+
+// triggerRow is a trigger's row as schedule_job stores it: InsertTrigger's parameters after the
+// namespace (args), also inserted in bulk (bulk.go).
+type triggerRow struct {
+	Group, Name, JobGroup, JobName, Kind string
+	Schedule                             []byte
+	Start                                time.Time
+	End                                  *time.Time
+	Calendar                             *string
+	Priority                             int
+	Misfire                              string
+	Next                                 time.Time
+	State                                string
+	TraceParent                          *string
+	Data                                 json.RawMessage
+	Slot                                 int
+	Version                              int64 // 1, or one more than the trigger it replaces under its key
+}
+
+func (a *applyCtx) triggerRow(job events.JobRef, ts TriggerSpec, t *trigger.Trigger, state string) (triggerRow, error) {
+	schedule, err := json.Marshal(t.Definition)
+	if err != nil {
+		return triggerRow{}, fmt.Errorf("encoding trigger schedule: %w", err)
+	}
+	r := triggerRow{Group: ts.Group, Name: ts.Name, JobGroup: job.Group, JobName: job.Name, Kind: kindOf(t.Definition),
+		Schedule: schedule, Start: a.now, End: t.EndAt, Calendar: ts.Calendar, Priority: 5, Misfire: misfireOf(t.Definition),
+		Next: t.NextFireTime.UTC(), State: state, TraceParent: nullable(a.traceParent), Data: ts.Data,
+		Slot: store.SlotOf(job.Group, job.Name), Version: a.replaced[events.Key{Group: ts.Group, Name: ts.Name}] + 1}
+	if t.StartAt != nil {
+		r.Start = *t.StartAt
+	}
+	if ts.Priority != nil {
+		r.Priority = *ts.Priority
+	}
+	if len(r.Data) == 0 {
+		r.Data = json.RawMessage("{}")
+	}
+	return r, nil
+}
+
+func (r triggerRow) args() []any {
+	return []any{r.Group, r.Name, r.JobGroup, r.JobName, r.Kind, r.Schedule, r.Start, r.End, r.Calendar, r.Priority,
+		r.Misfire, r.Next, r.State, r.TraceParent, r.Data, r.Slot, r.Version}
+}
+
+func (r triggerRow) scheduled() ScheduledTrigger {
+	next := r.Next
+	return ScheduledTrigger{Group: r.Group, Name: r.Name, NextFireTime: &next}
+}
+
+// triggerScheduled logs TriggerScheduled for a stored trigger and notes when it is due.
+func (a *applyCtx) triggerScheduled(job events.JobRef, r triggerRow) error {
+	a.dueAt(r.Next)
+	key := events.Key{Group: r.Group, Name: r.Name}
+	return a.event(events.TypeTriggerScheduled, events.AggregateTrigger, key.String(), "trigger",
+		map[string]any{"trigger": key, "job": job, "commandId": a.commandID, "nextFireTime": r.Next,
+			"state": r.State, "schedule": json.RawMessage(r.Schedule)})
 }
 
 func (a *applyCtx) calendar(ctx context.Context, name *string, field string) (trigger.Calendar, error) {

@@ -22,10 +22,14 @@ import (
 const DurableName = "scheduler-commands"
 
 // Run consumes commands from the COMMANDS stream until ctx is cancelled. (Requests on
-// agate.<ns>.api.<command> reach Handle through the scheduler's NATS service, internal/api.)
+// agate.<ns>.api.<command> reach Apply through the scheduler's NATS service, internal/api, and
+// join the same batches.)
 //
 // The stream is consumed through a watermill Router (Recoverer turns a panic into a nack, the
-// router logs through slog and closes gracefully) over streamSubscriber.
+// router logs through slog and closes gracefully) over streamSubscriber, which hands it up to
+// maxInFlight messages at once; the router runs a handler per message, and the handlers' commands
+// are gathered into batches (gatherer), each applied in one transaction, after whose commit
+// every message of the batch is acked.
 func (h *Handler) Run(ctx context.Context, js jetstream.JetStream) error {
 	subjects := events.Subjects(h.cfg.Namespace)
 	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamCommands(h.cfg.Namespace), jetstream.ConsumerConfig{
@@ -46,12 +50,15 @@ func (h *Handler) Run(ctx context.Context, js jetstream.JetStream) error {
 	if err != nil {
 		return fmt.Errorf("creating command router: %w", err)
 	}
+	g := h.gather
 	router.AddMiddleware(middleware.Recoverer)
-	router.AddConsumerHandler("commands", subjects.All("cmd"), &streamSubscriber{cons: cons, nakDelay: 2 * time.Second},
+	router.AddConsumerHandler("commands", subjects.All("cmd"),
+		&streamSubscriber{cons: cons, nakDelay: 2 * time.Second, maxInFlight: 8 * g.max},
 		func(m *message.Message) error {
 			ctx := telemetry.WithTraceParent(m.Context(), m.Metadata.Get("traceparent"))
 			cmd := commandOf(m.Metadata.Get(metaSubject))
-			out := h.Handle(ctx, cmd, m.Payload)
+			seq, _ := strconv.ParseUint(m.Metadata.Get(metaSequence), 10, 64)
+			out := g.do(m.Context(), Request{Ctx: ctx, Command: cmd, Body: m.Payload}, seq)
 			if !out.Transient() {
 				return nil
 			}

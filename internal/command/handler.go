@@ -43,7 +43,8 @@ var BuiltinJobTypes = []string{"http", "log", "noop", "sleep"}
 type Config struct {
 	Namespace  string
 	InstanceID string
-	// Locks is the lock protocol (global or partitioned); commands take every partition.
+	// Locks is the lock protocol (global or partitioned). A batch of commands takes the
+	// partitions of the jobs its commands name, or all of them (see jobScoped).
 	Locks store.Locks
 	// JobTypes the scheduler accepts in schedule_job; anything else is rejected. Default
 	// BuiltinJobTypes.
@@ -56,9 +57,16 @@ type Config struct {
 	MisfireThreshold time.Duration
 	// Now is the node clock; tests inject one.
 	Now func() time.Time
-	// Wake is notified after a command changed triggers, so a trigger due before the acquire
-	// loop's next poll fires on time.
+	// Wake is notified (NotifyDue) with the earliest fire time of the triggers a batch
+	// scheduled, so a trigger due before the acquire loop's next pass fires on time.
 	Wake *wake.Signal
+	// Batch is the most commands applied in one transaction. Default BatchDefault.
+	Batch int
+	// GatherWait is how long a batch waits for more commands. Default GatherWaitDefault.
+	GatherWait time.Duration
+	// ConcurrentBatches is how many batch transactions run at once. Default
+	// ConcurrentBatchesDefault.
+	ConcurrentBatches int
 }
 
 // Handler validates and applies commands.
@@ -68,6 +76,7 @@ type Handler struct {
 	outbox *outbox.Outbox
 	v      *validator
 	tracer trace.Tracer
+	gather *gatherer // of the durable consumer's commands and Apply's
 }
 
 // New builds a Handler.
@@ -85,7 +94,16 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{cfg: cfg, pool: pool, outbox: ob, v: v, tracer: telemetry.Tracer("command")}, nil
+	h := &Handler{cfg: cfg, pool: pool, outbox: ob, v: v, tracer: telemetry.Tracer("command")}
+	h.gather = newGatherer(h)
+	return h, nil
+}
+
+// Apply handles one command as part of a batch: it joins the commands other callers (the
+// durable consumer, concurrent requests) are applying, and returns its outcome once the batch
+// committed. The api service calls it for each request on its own goroutine.
+func (h *Handler) Apply(ctx context.Context, cmd string, body []byte) Outcome {
+	return h.gather.do(ctx, Request{Ctx: ctx, Command: cmd, Body: body}, 0)
 }
 
 // Outcome is a command's answer: the api reply, and the data of CommandAccepted/Rejected.
@@ -100,75 +118,273 @@ type Outcome struct {
 // Transient reports whether the command could not be handled now and may be retried as is.
 func (o Outcome) Transient() bool { return o.Error != nil && !o.Error.Final() }
 
-// Handle validates and applies one command. ctx carries the producer's trace context.
-func (h *Handler) Handle(ctx context.Context, cmd string, body []byte) Outcome {
-	ctx, span := h.tracer.Start(ctx, "agate.command."+cmd, trace.WithSpanKind(trace.SpanKindConsumer))
-	defer span.End()
-	out := h.handle(ctx, cmd, body)
-	span.SetAttributes(attribute.String("agate.command_id", out.CommandID), attribute.Bool("agate.ok", out.OK))
-	if out.Error != nil {
-		span.SetStatus(codes.Error, out.Error.Error())
-	}
-	return out
+// Request is one command to handle: its name (the last token of its subject) and its body. Ctx
+// carries the producer's trace context; nil means HandleBatch's ctx.
+type Request struct {
+	Ctx     context.Context
+	Command string
+	Body    []byte
 }
 
-func (h *Handler) handle(ctx context.Context, cmd string, body []byte) Outcome {
-	log := h.cfg.Logger.With(slog.String("command", cmd))
-	if len(body) > h.cfg.MaxBodyBytes {
-		return h.rejectUnread(ctx, cmd, body, invalid("", "body is %d bytes; the limit is %d bytes", len(body), h.cfg.MaxBodyBytes))
-	}
-	if !json.Valid(body) {
-		return h.rejectUnread(ctx, cmd, body, invalid("", "body is not valid JSON"))
-	}
-	if store.JSONHasNUL(body) {
-		return h.rejectUnread(ctx, cmd, body, invalid("", "body contains a NUL character (\\u0000), which Agate cannot store; remove it"))
-	}
-	id := commandID(body)
-	if id != "" {
-		if prev, ok, err := h.seen(ctx, id); err != nil {
-			return h.transient(ctx, cmd, id, err)
-		} else if ok {
-			log.DebugContext(ctx, "command already handled; answering as before", slog.String("command_id", id))
-			return prev
-		}
-	}
-	if !isKnown(cmd) {
-		return h.rejectUnread(ctx, cmd, body, invalid("", "unknown command %q; this scheduler accepts: %s", cmd, strings.Join(known, ", ")))
-	}
-	apply, e := decoders[cmd](h.v, cmd, body)
-	if e != nil {
-		return h.rejectUnread(ctx, cmd, body, e)
-	}
+// Handle validates and applies one command. ctx carries the producer's trace context.
+func (h *Handler) Handle(ctx context.Context, cmd string, body []byte) Outcome {
+	return h.HandleBatch(ctx, []Request{{Ctx: ctx, Command: cmd, Body: body}})[0]
+}
 
-	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
-	var out Outcome
-	err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
-		a.tx, a.now = tx, h.cfg.Now()
-		if err := h.cfg.Locks.All(ctx, tx); err != nil {
-			return err
-		}
-		result, err := apply(ctx, a)
-		if err != nil {
-			return err
-		}
-		out = Outcome{OK: true, CommandID: id, Command: cmd, Result: result}
-		return h.record(ctx, a, out, body)
-	})
-	var rej rejection
-	switch {
-	case errors.As(err, &rej):
-		return h.rejectUnread(ctx, cmd, body, rej.err)
-	case errors.Is(err, errDuplicate):
-		if prev, ok, err := h.seen(ctx, id); err == nil && ok {
-			return prev
-		}
-		return h.transient(ctx, cmd, id, errDuplicate)
-	case err != nil:
-		return h.transient(ctx, cmd, id, err)
+// HandleBatch validates and applies commands in one transaction and returns their outcomes, in
+// the order of reqs. Each command is applied in its own savepoint, so a rejected one changes
+// nothing and the others commit; the transaction takes the lock partitions of the jobs the
+// commands name (every partition when one of them names none), in ascending order. A command
+// whose id was already handled, or appears earlier in reqs, is answered as that one was.
+// When the transaction fails as a whole (the database went away), every command that was not
+// answered from an earlier outcome is answered as transient, and none is remembered.
+func (h *Handler) HandleBatch(ctx context.Context, reqs []Request) []Outcome {
+	items := make([]*item, len(reqs))
+	for i, r := range reqs {
+		items[i] = h.prepare(ctx, r)
 	}
-	h.cfg.Wake.Notify()
-	log.InfoContext(ctx, "command applied", slog.String("command_id", id))
-	return out
+	h.run(ctx, items)
+	outs := make([]Outcome, len(items))
+	for i, it := range items {
+		outs[i] = it.finish(len(items))
+	}
+	return outs
+}
+
+// item is one command of a batch on its way to its outcome.
+type item struct {
+	ctx  context.Context // the request's, inside its span
+	span trace.Span
+	cmd  string
+	body []byte
+	id   string
+
+	early *Error  // a rejection recorded whatever the id's past: size, JSON (or GiveUp's)
+	rej   *Error  // a rejection of the command as decoded, recorded unless the id was handled
+	cmdv  command // decoded: what applies it and what it locks
+
+	dupOf *item // an earlier item of the batch with the same id
+	raced bool  // another transaction remembered the id first: its outcome is read after commit
+	fail  error // the command failed in its savepoint (a bug, not a rejection): answered internal
+	done  bool  // out is the answer, from the id's past
+	out   Outcome
+	due   time.Time // earliest fire time of a trigger it scheduled, zero when none
+}
+
+// prepare takes a request as far as it goes without the database: size, JSON syntax, id,
+// command name, JSON Schema and decoding. It runs on the caller's goroutine, so that commands
+// gathered from concurrent callers are decoded in parallel.
+func (h *Handler) prepare(ctx context.Context, r Request) *item {
+	rctx := r.Ctx
+	if rctx == nil {
+		rctx = ctx
+	}
+	rctx, span := h.tracer.Start(rctx, "agate.command."+r.Command, trace.WithSpanKind(trace.SpanKindConsumer))
+	it := &item{ctx: rctx, span: span, cmd: r.Command, body: r.Body}
+	it.early = h.precheck(it)
+	it.id = commandID(it.body)
+	switch {
+	case it.early != nil:
+	case !isKnown(it.cmd):
+		it.rej = invalid("", "unknown command %q; this scheduler accepts: %s", it.cmd, strings.Join(known, ", "))
+	default:
+		it.cmdv, it.rej = decoders[it.cmd](h.v, it.cmd, it.body)
+	}
+	return it
+}
+
+// finish ends the item's span and returns its outcome.
+func (it *item) finish(batch int) Outcome {
+	it.span.SetAttributes(attribute.String("agate.command_id", it.out.CommandID), attribute.Bool("agate.ok", it.out.OK),
+		attribute.Int("agate.batch", batch))
+	if it.out.Error != nil {
+		it.span.SetStatus(codes.Error, it.out.Error.Error())
+	}
+	it.span.End()
+	return it.out
+}
+
+// applies reports whether the item is a command to apply (not a rejection).
+func (it *item) applies() bool { return it.early == nil && it.rej == nil }
+
+// precheck is the checks before the id: size, JSON syntax, and no NUL that PostgreSQL could not store.
+func (h *Handler) precheck(it *item) *Error {
+	switch {
+	case len(it.body) > h.cfg.MaxBodyBytes:
+		return invalid("", "body is %d bytes; the limit is %d bytes", len(it.body), h.cfg.MaxBodyBytes)
+	case !json.Valid(it.body):
+		return invalid("", "body is not valid JSON")
+	case store.JSONHasNUL(it.body):
+		return invalid("", "body contains a NUL character (\\u0000), which Agate cannot store; remove it")
+	}
+	return nil
+}
+
+// run takes prepared items to their outcomes in one transaction; see HandleBatch.
+func (h *Handler) run(ctx context.Context, items []*item) {
+	first := map[string]*item{}
+	for _, it := range items {
+		if it.id == "" {
+			continue
+		}
+		if f, ok := first[it.id]; ok {
+			it.dupOf = f
+			continue
+		}
+		first[it.id] = it
+	}
+	if err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error { return h.applyAll(ctx, tx, items) }); err != nil {
+		for _, it := range items {
+			switch {
+			case it.dupOf != nil && it.dupOf.done:
+				it.out = it.dupOf.out
+			case !it.done:
+				it.out = h.transient(it.ctx, it.cmd, it.id, err)
+			}
+		}
+		return
+	}
+	var raced []string
+	for _, it := range items {
+		if it.raced {
+			raced = append(raced, it.id)
+		}
+	}
+	if len(raced) > 0 {
+		prev, err := h.seen(ctx, h.pool, raced)
+		for _, it := range items {
+			if !it.raced {
+				continue
+			}
+			if out, ok := prev[it.id]; ok && err == nil {
+				it.out = out
+			} else {
+				it.out = h.transient(it.ctx, it.cmd, it.id, cmp.Or(err, errDuplicate))
+			}
+		}
+	}
+	var due time.Time
+	for _, it := range items {
+		switch {
+		case it.dupOf != nil:
+			it.out = it.dupOf.out
+		case it.fail != nil:
+			it.out = h.transient(it.ctx, it.cmd, it.id, it.fail)
+		case it.raced || it.done:
+		case it.out.OK:
+			h.cfg.Logger.DebugContext(it.ctx, "command applied", slog.String("command", it.cmd), slog.String("command_id", it.id))
+			if !it.due.IsZero() && (due.IsZero() || it.due.Before(due)) {
+				due = it.due
+			}
+		default:
+			e := it.out.Error
+			h.cfg.Logger.WarnContext(it.ctx, "command rejected", slog.String("command", it.cmd), slog.String("command_id", it.id),
+				slog.String("code", e.Code), slog.String("field", e.Field), slog.String("reason", e.Message))
+		}
+	}
+	if !due.IsZero() {
+		h.cfg.Wake.NotifyDue(due)
+	}
+}
+
+// applyAll is the batch's transaction: it answers the ids handled before, takes the locks of the
+// commands to apply, applies each in a savepoint and records every final outcome. An error fails
+// the whole batch.
+func (h *Handler) applyAll(ctx context.Context, tx *outbox.Tx, items []*item) error {
+	var ids []string
+	for _, it := range items {
+		it.out, it.done, it.raced, it.fail, it.due = Outcome{}, false, false, nil, time.Time{}
+		if it.dupOf == nil && it.early == nil && it.id != "" {
+			ids = append(ids, it.id)
+		}
+	}
+	prev, err := h.seen(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
+	var todo []*item
+	var sc scope
+	for _, it := range items {
+		if out, ok := prev[it.id]; ok && it.dupOf == nil && it.early == nil {
+			h.cfg.Logger.DebugContext(it.ctx, "command already handled; answering as before", slog.String("command_id", it.id))
+			it.out, it.done = out, true
+			continue
+		}
+		if it.dupOf != nil {
+			continue
+		}
+		todo = append(todo, it)
+		if it.applies() {
+			sc = sc.union(it.cmdv.scope)
+		}
+	}
+	if err := sc.lock(ctx, tx, h.cfg.Locks); err != nil {
+		return err
+	}
+	bulk, err := h.bulkSchedule(ctx, tx, todo)
+	if err != nil {
+		return err
+	}
+	for _, it := range todo {
+		if bulk[it] {
+			continue
+		}
+		rej := cmp.Or(it.early, it.rej)
+		if rej == nil {
+			a := h.applyCtx(it, tx)
+			err := tx.Savepoint(ctx, func(*outbox.Tx) error {
+				result, err := it.cmdv.apply(it.ctx, a)
+				if err != nil {
+					return err
+				}
+				it.out = Outcome{OK: true, CommandID: it.id, Command: it.cmd, Result: result}
+				return h.record(it.ctx, a, it.out, it.body)
+			})
+			var r rejection
+			switch {
+			case err == nil:
+				// A command that did not say when its triggers are due (dueAt) may have made one
+				// due now (a resume, a delete that unblocks nothing, a calendar): wake the loop,
+				// as every command did before batches.
+				it.due = cmp.Or(a.due, a.now)
+				continue
+			case errors.As(err, &r):
+				rej = r.err
+			case errors.Is(err, errDuplicate):
+				it.raced = true
+				continue
+			case store.IsTransient(err) || ctx.Err() != nil:
+				return err
+			default:
+				// This command alone failed (a bug, or data the checks missed): the others go on,
+				// and it is answered internal, so it comes round again.
+				it.fail = err
+				continue
+			}
+		}
+		// The command name comes from the subject, which may hold anything.
+		it.out = Outcome{OK: false, CommandID: it.id, Command: strings.ToValidUTF8(strings.ReplaceAll(it.cmd, "\x00", ""), "?"), Error: rej}
+		a := h.applyCtx(it, tx)
+		err := tx.Savepoint(ctx, func(*outbox.Tx) error {
+			return h.record(it.ctx, a, it.out, it.body)
+		})
+		switch {
+		case errors.Is(err, errDuplicate):
+			it.raced = true
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *Handler) applyCtx(it *item, tx *outbox.Tx) *applyCtx {
+	return &applyCtx{h: h, tx: tx, now: h.cfg.Now(), commandID: it.id, traceParent: telemetry.TraceParent(it.ctx)}
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 var errDuplicate = errors.New("the same command id is being applied by another node")
@@ -208,29 +424,6 @@ func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []b
 	return a.event(typ, events.AggregateCommand, aggID, "command", data)
 }
 
-// rejectUnread records a rejection (final outcome + CommandRejected event) in its own transaction.
-func (h *Handler) rejectUnread(ctx context.Context, cmd string, body []byte, e *Error) Outcome {
-	id := commandID(body)
-	// The command name comes from the subject, which may hold anything.
-	out := Outcome{OK: false, CommandID: id, Command: strings.ToValidUTF8(strings.ReplaceAll(cmd, "\x00", ""), "?"), Error: e}
-	a := &applyCtx{h: h, commandID: id, traceParent: telemetry.TraceParent(ctx)}
-	err := h.outbox.InTx(ctx, func(tx *outbox.Tx) error {
-		a.tx, a.now = tx, h.cfg.Now()
-		return h.record(ctx, a, out, body)
-	})
-	if errors.Is(err, errDuplicate) {
-		if prev, ok, err := h.seen(ctx, id); err == nil && ok {
-			return prev
-		}
-	}
-	if err != nil {
-		return h.transient(ctx, cmd, id, err)
-	}
-	h.cfg.Logger.WarnContext(ctx, "command rejected", slog.String("command", cmd), slog.String("command_id", id),
-		slog.String("code", e.Code), slog.String("field", e.Field), slog.String("reason", e.Message))
-	return out
-}
-
 func (h *Handler) transient(ctx context.Context, cmd, id string, err error) Outcome {
 	h.cfg.Logger.WarnContext(ctx, "command could not be handled now; it can be retried",
 		slog.String("command", cmd), slog.String("command_id", id), slog.Any("error", err))
@@ -242,20 +435,33 @@ func (h *Handler) transient(ctx context.Context, cmd, id string, err error) Outc
 	return Outcome{OK: false, CommandID: id, Command: cmd, Error: e}
 }
 
-func (h *Handler) seen(ctx context.Context, id string) (Outcome, bool, error) {
-	var raw []byte
-	err := h.pool.QueryRow(ctx, queries.Get("SeenOutcome"), h.cfg.Namespace, id).Scan(&raw)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Outcome{}, false, nil
+// seen reads the remembered outcomes of ids.
+func (h *Handler) seen(ctx context.Context, q querier, ids []string) (map[string]Outcome, error) {
+	if len(ids) == 0 {
+		return nil, nil
 	}
+	rows, err := q.Query(ctx, queries.Get("SeenOutcomes"), h.cfg.Namespace, ids)
 	if err != nil {
-		return Outcome{}, false, fmt.Errorf("reading command outcome: %w", err)
+		return nil, fmt.Errorf("reading command outcomes: %w", err)
 	}
-	var out Outcome
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return Outcome{}, false, fmt.Errorf("reading command outcome: %w", err)
+	defer rows.Close()
+	prev := make(map[string]Outcome, len(ids))
+	for rows.Next() {
+		var id string
+		var raw []byte
+		if err := rows.Scan(&id, &raw); err != nil {
+			return nil, fmt.Errorf("reading command outcomes: %w", err)
+		}
+		var out Outcome
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, fmt.Errorf("reading the outcome of command %s: %w", id, err)
+		}
+		prev[id] = out
 	}
-	return out, true, nil
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading command outcomes: %w", err)
+	}
+	return prev, nil
 }
 
 // commandID is the body's id when it is a string of at most 128 characters, else "": an
@@ -277,6 +483,9 @@ func commandID(body []byte) string {
 func (h *Handler) GiveUp(ctx context.Context, cmd string, body []byte, deliveries int, last *Error) {
 	h.cfg.Logger.ErrorContext(ctx, "giving up a command that failed on every delivery", slog.String("command", cmd),
 		slog.String("command_id", commandID(body)), slog.Int("deliveries", deliveries), slog.String("error", last.Message))
-	h.rejectUnread(ctx, cmd, body, &Error{Code: CodeInternal,
-		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)})
+	it := h.prepare(ctx, Request{Ctx: ctx, Command: cmd, Body: body})
+	it.early = &Error{Code: CodeInternal,
+		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)}
+	h.run(ctx, []*item{it})
+	it.finish(1)
 }

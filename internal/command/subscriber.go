@@ -22,40 +22,55 @@ import (
 type streamSubscriber struct {
 	cons     jetstream.Consumer
 	nakDelay time.Duration
+	// maxInFlight is how many messages may be handed out and not yet acked or nacked: the
+	// router's handlers run them at once, so that they are applied in batches.
+	maxInFlight int
 
 	mu     sync.Mutex
 	closed bool
 	stops  []func()
 }
 
-// Subscribe delivers the consumer's messages one at a time; topic is informational.
+// Subscribe delivers the consumer's messages, in stream order, with up to maxInFlight of them
+// unacknowledged at once; topic is informational.
 func (s *streamSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
 	out := make(chan *message.Message)
 	ctx, cancel := context.WithCancel(ctx)
-	// The callback runs on one goroutine per consume context, so messages are handled in order.
+	inFlight := make(chan struct{}, max(s.maxInFlight, 1))
+	// The callback runs on one goroutine per consume context, so messages are handed out in order.
 	cc, err := s.cons.Consume(func(m jetstream.Msg) {
 		wm := message.NewMessage(uuid.NewString(), m.Data())
 		wm.Metadata.Set(metaSubject, m.Subject())
 		if md, err := m.Metadata(); err == nil {
 			wm.Metadata.Set(metaDeliveries, strconv.FormatUint(md.NumDelivered, 10))
+			wm.Metadata.Set(metaSequence, strconv.FormatUint(md.Sequence.Stream, 10))
 		}
 		if tp := m.Headers().Get("traceparent"); tp != "" {
 			wm.Metadata.Set("traceparent", tp)
 		}
 		wm.SetContext(ctx)
 		select {
-		case out <- wm:
+		case inFlight <- struct{}{}:
 		case <-ctx.Done():
 			return // not acked: redelivered to another node after AckWait
 		}
 		select {
-		case <-wm.Acked():
-			_ = m.Ack()
-		case <-wm.Nacked():
-			_ = m.NakWithDelay(s.nakDelay)
+		case out <- wm:
 		case <-ctx.Done():
+			<-inFlight
+			return
 		}
-	}, jetstream.PullMaxMessages(64))
+		go func() {
+			defer func() { <-inFlight }()
+			select {
+			case <-wm.Acked():
+				_ = m.Ack()
+			case <-wm.Nacked():
+				_ = m.NakWithDelay(s.nakDelay)
+			case <-ctx.Done():
+			}
+		}()
+	}, jetstream.PullMaxMessages(max(s.maxInFlight, 64)))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -98,9 +113,10 @@ func (s *streamSubscriber) Close() error {
 	return nil
 }
 
-// Metadata keys: the NATS subject (which names the command), and how many times JetStream has
-// delivered the message.
+// Metadata keys: the NATS subject (which names the command), how many times JetStream has
+// delivered the message, and its stream sequence.
 const (
 	metaSubject    = "nats_subject"
 	metaDeliveries = "deliveries"
+	metaSequence   = "stream_sequence"
 )

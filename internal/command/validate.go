@@ -22,17 +22,27 @@ import (
 // applier applies one decoded command inside the command's transaction.
 type applier func(ctx context.Context, a *applyCtx) (any, error)
 
-// decoder validates a body for one command and returns what applies it.
-type decoder func(v *validator, cmd string, body []byte) (applier, *Error)
+// command is a decoded command: what applies it, the lock partitions it needs, and the decoded
+// body (a *T of decodeAs).
+type command struct {
+	apply applier
+	scope scope
+	value any
+}
 
-// decodeAs builds the decoder of a command whose body decodes into T.
+// decoder validates a body for one command and returns what applies it.
+type decoder func(v *validator, cmd string, body []byte) (command, *Error)
+
+// decodeAs builds the decoder of a command whose body decodes into T. The command locks the
+// partitions of the jobs *T names when it implements jobScoped, else every partition.
 func decodeAs[T any](apply func(*applyCtx, context.Context, *T) (any, error)) decoder {
-	return func(v *validator, cmd string, body []byte) (applier, *Error) {
+	return func(v *validator, cmd string, body []byte) (command, *Error) {
 		var c T
 		if e := v.check(cmd, body, &c); e != nil {
-			return nil, e
+			return command{}, e
 		}
-		return func(ctx context.Context, a *applyCtx) (any, error) { return apply(a, ctx, &c) }, nil
+		return command{apply: func(ctx context.Context, a *applyCtx) (any, error) { return apply(a, ctx, &c) },
+			scope: scopeOf(&c), value: &c}, nil
 	}
 }
 

@@ -231,9 +231,9 @@ func apiConfig(cfg Config, log *slog.Logger, commands *command.Handler, queries 
 			return out, out.Error
 		}}
 	for _, name := range command.Names() {
-		c.Endpoints = append(c.Endpoints, api.Endpoint{Name: name, Kind: "command",
+		c.Endpoints = append(c.Endpoints, api.Endpoint{Name: name, Kind: "command", Concurrent: true,
 			Handle: func(ctx context.Context, body []byte) (any, *apierr.Error) {
-				out := commands.Handle(ctx, name, body)
+				out := commands.Apply(ctx, name, body)
 				return out, out.Error
 			}})
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -81,12 +82,37 @@ func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream) *Outbox {
 // Tx is a transaction that records the events of the change it makes.
 type Tx struct {
 	pgx.Tx
-	evs []events.Event
+	evs        []events.Event
+	savepoints int // savepoints taken, to name the next
 }
 
 // Append records events of this transaction's change; they are written to the log before
 // commit and published after.
 func (tx *Tx) Append(evs ...events.Event) { tx.evs = append(tx.evs, evs...) }
+
+// Savepoint runs fn after a SAVEPOINT of tx: when fn returns an error its writes and the events
+// it appended are rolled back to the savepoint and the rest of tx goes on; else they stay part
+// of tx. The error is fn's (joined with the rollback's, when that failed too: tx is then dead).
+//
+// The savepoint is not released when fn succeeds: it ends with the transaction, and a batch of
+// commands saves a round trip per command. Savepoints are named in sequence, so nested ones
+// roll back to their own.
+func (tx *Tx) Savepoint(ctx context.Context, fn func(tx *Tx) error) error {
+	tx.savepoints++
+	name := "agate_sp_" + strconv.Itoa(tx.savepoints)
+	if _, err := tx.Exec(ctx, "savepoint "+name); err != nil {
+		return fmt.Errorf("starting savepoint: %w", err)
+	}
+	n := len(tx.evs)
+	err := fn(tx)
+	if err != nil {
+		tx.evs = tx.evs[:n]
+		if _, rerr := tx.Exec(ctx, "rollback to savepoint "+name); rerr != nil {
+			return errors.Join(err, fmt.Errorf("rolling back to savepoint: %w", rerr))
+		}
+	}
+	return err
+}
 
 // InTx runs fn in a transaction. The events fn appended are written to the log in that
 // transaction, in one statement; once the commit succeeded they are queued for publishing. An

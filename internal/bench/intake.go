@@ -1,0 +1,605 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agatesched/agate/internal/chaos"
+	"github.com/agatesched/agate/internal/cli"
+	"github.com/agatesched/agate/internal/command"
+	"github.com/agatesched/agate/internal/events"
+)
+
+// IntakeResult is one measurement of the intake workload: how fast a producer's commands are
+// applied, or, for path "river", River's InsertMany on the same PostgreSQL.
+type IntakeResult struct {
+	Path     string  `json:"path"` // cmd (JetStream, async publish), api (request-reply) or river
+	Nodes    int     `json:"nodes"`
+	Commands int     `json:"commands"`
+	InFlight int     `json:"inFlight"` // publish window, requests in flight, or River's batch size
+	Seconds  float64 `json:"seconds"`
+	PerSec   float64 `json:"perSec"`
+	// AppliedPerSec is N / (start → every command acknowledged, i.e. its batch committed),
+	// before the outbox publishes the CommandAccepted events (cmd path only).
+	AppliedPerSec float64 `json:"appliedPerSec,omitempty"`
+	Rejected      int     `json:"rejected"`
+	// CPU is the CPU seconds each kind of process used during the measurement: postgres (the
+	// private server's processes), nats-server, scheduler (all nodes) and bench (the producer).
+	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
+	// Profiles are the CPU profiles of the scheduler processes taken during it (--intake-profile).
+	Profiles []string `json:"profiles,omitempty"`
+}
+
+// intakeEnv is what the intake workloads share: the binaries, nats-server and the directory of
+// logs and profiles.
+type intakeEnv struct {
+	dir     string
+	bin     string
+	natsURL string
+	nats    *exec.Cmd
+}
+
+func (b *bench) startIntakeEnv(ctx context.Context) (*intakeEnv, error) {
+	dir, err := os.MkdirTemp("", "agatebench-intake-")
+	if err != nil {
+		return nil, err
+	}
+	env := &intakeEnv{dir: dir, bin: filepath.Join(dir, "bin")}
+	if err := chaos.BuildBinaries(ctx, env.bin, b.log); err != nil {
+		return nil, err
+	}
+	port, err := chaos.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	env.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	env.nats, err = startProc(filepath.Join(env.bin, "nats-server"), filepath.Join(dir, "nats-server.log"), nil,
+		"-js", "-sd", filepath.Join(dir, "jetstream"), "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	if err != nil {
+		return nil, err
+	}
+	if err := chaos.WaitTCP(ctx, fmt.Sprintf("127.0.0.1:%d", port), 20*time.Second); err != nil {
+		env.close()
+		return nil, fmt.Errorf("nats-server: %w (log %s)", err, filepath.Join(dir, "nats-server.log"))
+	}
+	b.log.Info("intake: binaries built, nats-server running", "dir", dir, "url", env.natsURL)
+	return env, nil
+}
+
+func (env *intakeEnv) close() {
+	if env.nats != nil {
+		stopProc(env.nats)
+	}
+}
+
+// startProc starts a process in its own process group, killed if the bench dies, its output
+// appended to logPath.
+func startProc(bin, logPath string, extraEnv []string, args ...string) (*exec.Cmd, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), extraEnv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(bin), err)
+	}
+	return cmd, nil
+}
+
+// stopProc sends SIGTERM, and SIGKILL after 20 s, and waits for the process to exit.
+func stopProc(cmd *exec.Cmd) {
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// runIntake measures command intake on nodes scheduler processes: the durable cmd path with
+// asynchronous publishing, then the api path with requests in flight, each with a fresh set of
+// jobs (one schedule_job with one one-shot trigger due in a day, so that nothing fires).
+func (b *bench) runIntake(ctx context.Context, env *intakeEnv, nodes int) ([]IntakeResult, error) {
+	b.seq++
+	dbName := fmt.Sprintf("agatebench_%d_intake_%dn", b.seq, nodes)
+	ns := fmt.Sprintf("intake-%dn-%d-%d", nodes, b.seq, time.Now().Unix()%100000)
+	log := b.log.With("workload", "intake", "nodes", nodes)
+	dbURL, err := b.inf.createDB(ctx, dbName, b.o.PGSet)
+	if err != nil {
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, filepath.Join(env.bin, "scheduler"), "migrate", "--database-url", dbURL).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("scheduler migrate: %w\n%s", err, out)
+	}
+	var procs []*exec.Cmd
+	var pprofAddrs []string
+	defer func() {
+		for _, p := range procs {
+			stopProc(p)
+		}
+	}()
+	for i := range nodes {
+		id := fmt.Sprintf("n%d", i+1)
+		var extra []string
+		if b.o.IntakeProfile != "" {
+			port, err := chaos.FreePort()
+			if err != nil {
+				return nil, err
+			}
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			extra, pprofAddrs = append(extra, cli.PprofEnv+"="+addr), append(pprofAddrs, addr)
+		}
+		p, err := startProc(filepath.Join(env.bin, "scheduler"), filepath.Join(env.dir, ns+"-"+id+".log"), extra,
+			"run", "--database-url", dbURL, "--nats-url", env.natsURL, "--namespace", ns, "--instance-id", id,
+			"--log-level", "warn", "--lock-mode", b.o.LockMode, "--partitions", strconv.Itoa(b.o.Partitions))
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	nc, err := nats.Connect(env.natsURL, nats.Name("agatebench-producer"))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to NATS: %w", err)
+	}
+	defer nc.Close()
+	window := b.o.IntakeWindow
+	// The window is kept by publishCommands; JetStream's own limit only needs to be above it.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*window))
+	if err != nil {
+		return nil, err
+	}
+	if err := waitNodes(ctx, nc, dbURL, ns, nodes); err != nil {
+		return nil, fmt.Errorf("%w (logs in %s)", err, env.dir)
+	}
+	log.Info("intake: scheduler processes running", "logs", env.dir)
+
+	pids := map[string][]int{"scheduler": nil, "nats-server": {env.nats.Process.Pid}, "bench": {os.Getpid()}}
+	for _, p := range procs {
+		pids["scheduler"] = append(pids["scheduler"], p.Process.Pid)
+	}
+	if b.inf.pg != nil {
+		pids["postgres"] = postmasterPIDs(b.inf.pg.DataDir())
+	}
+	var results []IntakeResult
+	for _, path := range []string{"cmd", "api"} {
+		n := b.o.IntakeN
+		before := cpuSeconds(pids)
+		profiles := b.profile(ctx, pprofAddrs, env.dir, fmt.Sprintf("%s-%s", ns, path))
+		start := time.Now()
+		var rejected int
+		var appliedAt time.Time
+		if path == "cmd" {
+			var last atomic.Uint64
+			applied := watchApplied(ctx, js, ns, last.Load)
+			rejected, err = publishCommands(ctx, nc, js, ns, n, window, &last)
+			appliedAt = applied()
+		} else {
+			rejected, err = requestCommands(ctx, nc, ns, n, b.o.IntakeInFlight)
+		}
+		took := time.Since(start)
+		if err != nil {
+			return nil, fmt.Errorf("intake %s: %w (logs in %s)", path, err, env.dir)
+		}
+		after := cpuSeconds(pids)
+		r := IntakeResult{Path: path, Nodes: nodes, Commands: n, InFlight: window, Seconds: round1(took.Seconds()*1000) / 1000,
+			PerSec: float64(n) / took.Seconds(), Rejected: rejected, CPU: map[string]float64{}, Profiles: profiles()}
+		if path == "api" {
+			r.InFlight = b.o.IntakeInFlight
+		}
+		if !appliedAt.IsZero() {
+			r.AppliedPerSec = float64(n) / appliedAt.Sub(start).Seconds()
+		}
+		for k := range pids {
+			r.CPU[k] = round1(after[k] - before[k])
+		}
+		log.Info("intake: measured", "path", path, "commands", n, "took", took.Round(time.Millisecond),
+			"per_s", int(r.PerSec), "applied_per_s", int(r.AppliedPerSec), "cpu_s", r.CPU)
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// watchApplied watches, every 20 ms, the schedulers' command consumer until every message up
+// to stream sequence last is acknowledged (a node acks a command once its batch committed); the
+// returned function stops it and says when that was (zero if it was not). It asks NATS, not
+// PostgreSQL, so as not to load the database it measures.
+func watchApplied(ctx context.Context, js jetstream.JetStream, ns string, last func() uint64) func() time.Time {
+	ctx, cancel := context.WithCancel(ctx)
+	var at time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if l := last(); l > 0 {
+				if cons, err := js.Consumer(ctx, events.StreamCommands(ns), command.DurableName); err == nil {
+					if info, err := cons.Info(ctx); err == nil && info.AckFloor.Stream >= l {
+						at = time.Now()
+						return
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() time.Time {
+		// All are acknowledged before every event was seen, unless the run failed.
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		cancel()
+		<-done
+		return at
+	}
+}
+
+// waitNodes waits until nodes scheduler processes have joined the cluster and one answers on
+// the api subject.
+func waitNodes(ctx context.Context, nc *nats.Conn, dbURL, ns string, nodes int) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for {
+		var joined int
+		err := conn.QueryRow(ctx, `select count(*) from scheduler_state where sched_name = $1`, ns).Scan(&joined)
+		if err == nil && joined >= nodes {
+			msg, rerr := nc.RequestWithContext(ctx, events.Subjects(ns).API("ping"), []byte(`{"id":"ping"}`))
+			if rerr == nil && len(msg.Data) > 0 {
+				return nil
+			}
+			err = rerr
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d scheduler processes not ready after 60s: %v", nodes, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// intakeBody is command i of a run: job intake.<prefix>-<i> with one one-shot trigger due in a
+// day.
+func intakeBody(prefix string, i int, at string) []byte {
+	return fmt.Appendf(nil, `{"id":"%s-%d","job":{"group":"intake","name":"%s-%d","type":"noop"},`+
+		`"triggers":[{"group":"intake","name":"%s-%d","startAt":"%s","simple":{"repeatCount":0}}]}`,
+		prefix, i, prefix, i, prefix, i, at)
+}
+
+// publishCommands publishes n schedule_job commands on the cmd subject asynchronously, at most
+// window unacknowledged by JetStream, and returns once a CommandAccepted or CommandRejected
+// event was seen for each (the rejected count).
+func publishCommands(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, ns string, n, window int, last *atomic.Uint64) (int, error) {
+	var accepted, rejected atomic.Int64
+	seen := make(map[string]bool, n)
+	var mu sync.Mutex
+	all := make(chan struct{})
+	sub, err := nc.Subscribe(events.Subjects(ns).Evt("command"), func(m *nats.Msg) {
+		var data struct {
+			CommandID string `json:"commandId"`
+		}
+		env, err := events.Decode(m.Data, &data)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[data.CommandID] || !strings.HasPrefix(data.CommandID, "c-") {
+			return // published at least once: a duplicate
+		}
+		seen[data.CommandID] = true
+		if env.Type == events.TypeCommandRejected {
+			rejected.Add(1)
+		}
+		if accepted.Add(1) == int64(n) {
+			close(all)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return 0, err
+	}
+	at := time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)
+	subject := events.Subjects(ns).Command("schedule_job")
+	acks := make(chan jetstream.PubAckFuture, window)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(errc)
+		var maxSeq uint64
+		// The watcher looks once every command is stored: at the highest sequence of them.
+		defer func() { last.Store(maxSeq) }()
+		for f := range acks {
+			select {
+			case ack := <-f.Ok():
+				maxSeq = max(maxSeq, ack.Sequence)
+			case err := <-f.Err():
+				errc <- fmt.Errorf("publishing a command: %w", err)
+				for range acks { // let the publisher finish
+				}
+				return
+			}
+		}
+	}()
+	for i := range n {
+		f, err := js.PublishAsync(subject, intakeBody("c", i, at))
+		if err != nil {
+			close(acks)
+			return 0, fmt.Errorf("publishing a command: %w", err)
+		}
+		acks <- f // blocks while window publishes wait for their acknowledgement
+	}
+	close(acks)
+	if err := <-errc; err != nil {
+		return 0, err
+	}
+	select {
+	case <-all:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(5 * time.Minute):
+		return 0, fmt.Errorf("only %d of %d commands answered after 5 minutes", accepted.Load(), n)
+	}
+	return int(rejected.Load()), nil
+}
+
+// requestCommands sends n schedule_job commands on the api subject, inFlight at once, and
+// returns the rejected count.
+func requestCommands(ctx context.Context, nc *nats.Conn, ns string, n, inFlight int) (int, error) {
+	at := time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)
+	subject := events.Subjects(ns).API("schedule_job")
+	var next, rejected atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, inFlight)
+	for range inFlight {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				msg, err := nc.RequestWithContext(ctx, subject, intakeBody("a", i, at))
+				if err != nil {
+					errs <- fmt.Errorf("request %d: %w", i, err)
+					return
+				}
+				var out struct {
+					OK bool `json:"ok"`
+				}
+				if err := json.Unmarshal(msg.Data, &out); err != nil || !out.OK {
+					rejected.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return int(rejected.Load()), <-errs
+}
+
+// cpuSeconds is the CPU time (user + system, including reaped children) of each group of
+// processes, from /proc.
+func cpuSeconds(pids map[string][]int) map[string]float64 {
+	out := map[string]float64{}
+	for k, ps := range pids {
+		for _, p := range ps {
+			out[k] += procCPU(p)
+		}
+		if k == "postgres" && len(ps) > 0 {
+			// Backends come and go: add the live children of the postmaster (ps[0]).
+			for _, c := range childPIDs(ps[0]) {
+				out[k] += procCPU(c)
+			}
+		}
+	}
+	return out
+}
+
+// clockTicks is USER_HZ, 100 on Linux.
+const clockTicks = 100
+
+// procCPU is utime + stime + cutime + cstime of pid in seconds, 0 when it cannot be read.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start after the last ')'.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 15 {
+		return 0
+	}
+	var total float64
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime (fields 14-17)
+		v, _ := strconv.ParseFloat(f[i], 64)
+		total += v
+	}
+	return total / clockTicks
+}
+
+// childPIDs lists the processes whose parent is pid.
+func childPIDs(pid int) []int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// postmasterPIDs is the postmaster of the data directory (first line of postmaster.pid).
+func postmasterPIDs(dataDir string) []int {
+	f, err := os.Open(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return nil
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(sc.Text()))
+	if err != nil {
+		return nil
+	}
+	return []int{pid}
+}
+
+// profile starts a CPU profile of each scheduler process (through its pprof listener) for the
+// measurement about to start; the returned function stops waiting and lists the files written.
+// Profiles last --intake-profile-seconds.
+func (b *bench) profile(ctx context.Context, addrs []string, dir, name string) func() []string {
+	if len(addrs) == 0 {
+		return func() []string { return nil }
+	}
+	var wg sync.WaitGroup
+	files := make([]string, len(addrs))
+	for i, addr := range addrs {
+		path := filepath.Join(b.o.IntakeProfile, fmt.Sprintf("%s-n%d.pprof", name, i+1))
+		wg.Go(func() {
+			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, b.o.IntakeProfileSeconds)
+			if err := fetchTo(ctx, url, path); err != nil {
+				b.log.Warn("intake: CPU profile failed", "node", i+1, "error", err)
+				return
+			}
+			files[i] = path
+		})
+	}
+	return func() []string {
+		wg.Wait()
+		return files
+	}
+}
+
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
+// runRiver measures River's InsertMany on a fresh database of the same server with the runner
+// in internal/bench/riverinsert (a module of its own, run with go run).
+func (b *bench) runRiver(ctx context.Context) (IntakeResult, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return IntakeResult{}, errors.New("cannot locate internal/bench/riverinsert")
+	}
+	dir := filepath.Join(filepath.Dir(file), "riverinsert")
+	b.seq++
+	dbURL, err := b.inf.createDB(ctx, fmt.Sprintf("agatebench_%d_river", b.seq), nil)
+	if err != nil {
+		return IntakeResult{}, err
+	}
+	pids := map[string][]int{}
+	if b.inf.pg != nil {
+		pids["postgres"] = postmasterPIDs(b.inf.pg.DataDir())
+	}
+	// Built first, so that the measurement is not the compiler's.
+	exe := filepath.Join(os.TempDir(), "agatebench-riverinsert")
+	build := exec.CommandContext(ctx, "go", "build", "-o", exe, ".")
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		return IntakeResult{}, fmt.Errorf("building %s: %w\n%s", dir, err, out)
+	}
+	before := cpuSeconds(pids)
+	out, err := exec.CommandContext(ctx, exe, "--database-url", dbURL, "--n", strconv.Itoa(b.o.IntakeN),
+		"--batch", "1000", "--concurrency", "2").Output()
+	if err != nil {
+		return IntakeResult{}, fmt.Errorf("riverinsert: %w", err)
+	}
+	after := cpuSeconds(pids)
+	var res struct {
+		Jobs       int     `json:"jobs"`
+		Batch      int     `json:"batch"`
+		Seconds    float64 `json:"seconds"`
+		JobsPerSec float64 `json:"jobsPerSec"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return IntakeResult{}, fmt.Errorf("riverinsert printed %q: %w", out, err)
+	}
+	r := IntakeResult{Path: "river", Commands: res.Jobs, InFlight: res.Batch, Seconds: res.Seconds, PerSec: res.JobsPerSec}
+	if len(pids) > 0 {
+		r.CPU = map[string]float64{"postgres": round1(after["postgres"] - before["postgres"])}
+	}
+	b.log.Info("intake: River InsertMany measured", "jobs", res.Jobs, "per_s", int(res.JobsPerSec))
+	return r, nil
+}
+
+func writeIntakeTable(w io.Writer, results []IntakeResult) {
+	fmt.Fprintln(w, "| intake | nodes | commands | in flight | seconds | commands/s | rejected | CPU s: postgres / nats-server / scheduler / bench |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		what := map[string]string{"cmd": "cmd (JetStream, async publish)", "api": "api (request-reply)",
+			"river": "River v0.51.1 InsertMany (batch, 2 at once)"}[r.Path]
+		nodes := strconv.Itoa(r.Nodes)
+		if r.Path == "river" {
+			nodes = "—"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.2f | %s | %d | %s / %s / %s / %s |\n", what, nodes, r.Commands, r.InFlight,
+			r.Seconds, f0(r.PerSec), r.Rejected, f1(r.CPU["postgres"]), f1(r.CPU["nats-server"]), f1(r.CPU["scheduler"]), f1(r.CPU["bench"]))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Each command is one schedule_job with one one-shot trigger due in a day. cmd: commands/s = N / (first publish → CommandAccepted seen for all);"+
+		" api: N / (first request → last reply). Scheduler processes are the built binaries; nats-server is its own process.")
+}
