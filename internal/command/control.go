@@ -198,7 +198,7 @@ func (a *applyCtx) resumeTrigger(ctx context.Context, c *TriggerRef) (any, error
 		return nil, reject(&Error{Code: CodeNotFound, Field: "trigger",
 			Message: fmt.Sprintf("trigger %s.%s does not exist", c.Trigger.Group, c.Trigger.Name)})
 	}
-	resumed, err := a.resume(ctx, "ResumableTrigger", c.Trigger.Group, c.Trigger.Name)
+	resumed, err := a.resume(ctx, c.Trigger.Group, &c.Trigger.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -216,13 +216,13 @@ type resumed struct {
 	misfired bool
 }
 
-// resume resumes the paused triggers the query selects (by group $2 and name $3) as Quartz's
-// resumeTrigger does: PAUSED → WAITING and PAUSED_BLOCKED → BLOCKED, or BLOCKED if its
+// resume resumes the paused triggers of group (every group for allGroupsPaused), or only the
+// one named name, as Quartz's resumeTrigger does: PAUSED → WAITING and PAUSED_BLOCKED → BLOCKED, or BLOCKED if its
 // non-concurrent job runs now; one whose next fire time passed more than the misfire threshold
 // ago has its misfire instruction applied first (the fire times missed while paused).
-func (a *applyCtx) resume(ctx context.Context, query, group, name string) ([]resumed, error) {
+func (a *applyCtx) resume(ctx context.Context, group string, name *string) ([]resumed, error) {
 	ns := a.h.cfg.Namespace
-	rows, err := a.tx.Query(ctx, queries.Get(query), ns, group, name, a.now.Add(-a.h.cfg.MisfireThreshold))
+	rows, err := a.tx.Query(ctx, queries.Get("Resumable"), ns, group, name, a.now.Add(-a.h.cfg.MisfireThreshold), allGroupsPaused)
 	if err != nil {
 		return nil, fmt.Errorf("reading paused triggers: %w", err)
 	}
@@ -316,7 +316,7 @@ func (a *applyCtx) resumeGroups(ctx context.Context, group string) (any, error) 
 	if _, err := a.tx.Exec(ctx, queries.Get("UnpauseGroup"), a.h.cfg.Namespace, group, allGroupsPaused); err != nil {
 		return nil, fmt.Errorf("resuming trigger group: %w", err)
 	}
-	rs, err := a.resume(ctx, "ResumableGroup", group, allGroupsPaused)
+	rs, err := a.resume(ctx, group, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -93,10 +93,12 @@ where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3
   and old.sched_name = t.sched_name and old.trigger_group = t.trigger_group and old.trigger_name = t.trigger_name
 returning old.state, t.state;
 
--- name: ResumableTrigger
--- A paused trigger ($2, $3) with the state it resumes to (Quartz's checkBlockedState: BLOCKED
--- while its non-concurrent job runs) and whether it misfired while paused (next fire time
--- before $4 = now − misfire threshold). Columns as store.ScanTriggerTimes, then those two.
+-- name: Resumable
+-- The paused triggers to resume — trigger ($2, $3), or group $2 when $3 is null, or every group
+-- when $2 is the pause_all marker $5 — with the state each resumes to (Quartz's
+-- checkBlockedState: BLOCKED while its non-concurrent job runs) and whether it misfired while
+-- paused (next fire time before $4 = now − misfire threshold). Columns as store.ScanTriggerTimes,
+-- then those two.
 select t.trigger_group, t.trigger_name, t.state, t.schedule, t.next_fire_time, t.prev_fire_time, t.times_triggered,
        coalesce(t.calendar_name, ''),
        case when j.nonconcurrent and exists (select 1 from fired_triggers f
@@ -105,21 +107,8 @@ select t.trigger_group, t.trigger_name, t.state, t.schedule, t.next_fire_time, t
        t.next_fire_time < $4 and t.misfire_instr <> 'ignore_misfire_policy'
 from triggers t
 join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
-where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3 and t.state in ('PAUSED', 'PAUSED_BLOCKED')
-for update of t;
-
--- name: ResumableGroup
--- As ResumableTrigger, for every paused trigger of group $2, or of every group when $2 is the
--- pause_all marker $3.
-select t.trigger_group, t.trigger_name, t.state, t.schedule, t.next_fire_time, t.prev_fire_time, t.times_triggered,
-       coalesce(t.calendar_name, ''),
-       case when j.nonconcurrent and exists (select 1 from fired_triggers f
-                where f.sched_name = t.sched_name and f.job_group = t.job_group and f.job_name = t.job_name
-                  and f.state = 'EXECUTING') then 'BLOCKED' else 'WAITING' end,
-       t.next_fire_time < $4 and t.misfire_instr <> 'ignore_misfire_policy'
-from triggers t
-join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
-where t.sched_name = $1 and ($2 = $3 or t.trigger_group = $2) and t.state in ('PAUSED', 'PAUSED_BLOCKED')
+where t.sched_name = $1 and ($2 = $5 or t.trigger_group = $2) and ($3::text is null or t.trigger_name = $3)
+  and t.state in ('PAUSED', 'PAUSED_BLOCKED')
 order by t.trigger_group, t.trigger_name
 for update of t;
 

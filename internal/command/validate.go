@@ -4,18 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
+	"github.com/agatesched/agate/internal/apierr"
 	"github.com/agatesched/agate/schemas"
 )
 
@@ -104,8 +100,6 @@ func newValidator() (*validator, error) {
 	return v, nil
 }
 
-var printer = message.NewPrinter(language.English)
-
 // check validates body for command cmd and decodes it into out.
 func (v *validator) check(cmd string, body []byte, out any) *Error {
 	sch, ok := v.schemas[cmd]
@@ -117,12 +111,7 @@ func (v *validator) check(cmd string, body []byte, out any) *Error {
 		return invalid("", "body is not valid JSON: %v", err)
 	}
 	if err := sch.Validate(inst); err != nil {
-		var ve *jsonschema.ValidationError
-		if errors.As(err, &ve) {
-			leaf := firstLeaf(ve)
-			return invalid(fieldPath(leaf.InstanceLocation), "%s", leaf.ErrorKind.LocalizedString(printer))
-		}
-		return invalid("", "%v", err)
+		return apierr.FromSchema(err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -130,37 +119,6 @@ func (v *validator) check(cmd string, body []byte, out any) *Error {
 		return invalid("", "body does not match the %s command: %v", cmd, err)
 	}
 	return nil
-}
-
-// firstLeaf walks to the most specific cause: the one that names the offending field.
-func firstLeaf(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
-	for len(ve.Causes) > 0 {
-		// Prefer the deepest instance location: "oneOf" failures list one cause per branch.
-		best := ve.Causes[0]
-		for _, c := range ve.Causes[1:] {
-			if len(c.InstanceLocation) > len(best.InstanceLocation) {
-				best = c
-			}
-		}
-		ve = best
-	}
-	return ve
-}
-
-// fieldPath turns ["triggers","0","cron"] into "triggers[0].cron".
-func fieldPath(loc []string) string {
-	var b strings.Builder
-	for _, p := range loc {
-		if _, err := strconv.Atoi(p); err == nil {
-			b.WriteString("[" + p + "]")
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(p)
-	}
-	return b.String()
 }
 
 // isKnown reports whether cmd is a command this version applies.

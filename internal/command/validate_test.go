@@ -1,6 +1,7 @@
 package command
 
 import (
+	"github.com/agatesched/agate/internal/apierr"
 	"strings"
 	"testing"
 )
@@ -42,7 +43,7 @@ func TestValidatorNamesTheField(t *testing.T) {
 }
 
 func TestFieldPath(t *testing.T) {
-	if got := fieldPath([]string{"triggers", "0", "cron", "expression"}); got != "triggers[0].cron.expression" {
+	if got := apierr.FieldPath([]string{"triggers", "0", "cron", "expression"}); got != "triggers[0].cron.expression" {
 		t.Errorf("got %q", got)
 	}
 }
