@@ -496,3 +496,53 @@ func TestNodeWaitingForALockIsNotDeclaredFailed(t *testing.T) {
 		}
 	}
 }
+
+// A node that finds it was declared failed rejoins under a new epoch; if that rejoining pass
+// then waits for a lock longer than the grace, its heartbeat keeps the new membership alive, so
+// it is not declared failed a second time (the second 20-minute chaos run's s3-7).
+func TestRejoiningNodeWaitingForALockIsNotDeclaredFailedAgain(t *testing.T) {
+	e := newEnv(t)
+	signals := map[string]*node.TestSignals{"n1": {}, "n2": {}}
+	for id, s := range signals {
+		s.Recovery.Pass.Init()
+		e.startNode(id, func(c *node.Config) { c.TestSignals = s })
+	}
+	for _, s := range signals {
+		s.Recovery.Pass.Wait(t)
+	}
+	// n1 is declared failed (its row goes), and the state lock is taken before its next pass.
+	var epoch int64
+	if err := e.pool.QueryRow(t.Context(), `delete from scheduler_state where sched_name = $1 and instance_id = 'n1' returning epoch`,
+		e.ns).Scan(&epoch); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), `select 1 from locks where sched_name = $1 and lock_name = $2 for update`,
+		e.ns, store.LockStateAccess); err != nil {
+		t.Fatal(err)
+	}
+	// Its next pass rejoins (a new row, a new epoch) and then waits for the lock.
+	e.waitCount(10*time.Second, "n1 to rejoin", 1,
+		`select count(*) from scheduler_state where sched_name = $1 and instance_id = 'n1' and epoch <> $2`, e.ns, epoch)
+	grace := 2*time.Second + 7500*time.Millisecond
+	time.Sleep(grace + 2*time.Second) // how long the lock is held: the fault, not a wait for something
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// The passes that waited end now (n1's says it was fenced: its rejoin); none may find n1,
+	// or anyone, failed.
+	for id, s := range signals {
+		for range 3 {
+			if r := s.Recovery.Pass.Wait(t); len(r.FailedNodes) > 0 {
+				t.Fatalf("%s's pass after the lock wait: failed nodes %v", id, r.FailedNodes)
+			}
+		}
+	}
+	if n := e.count(`select count(*) from scheduler_state where sched_name = $1 and instance_id = 'n1' and epoch <> $2`, e.ns, epoch); n != 1 {
+		t.Fatal("n1 lost its new membership")
+	}
+}
