@@ -273,30 +273,9 @@ func (a *applyCtx) loadJob(ctx context.Context, k KeyRef, field string) (storedJ
 	return j, nil
 }
 
-// initialState is the state of a new trigger of group for job (Quartz's storeTrigger): PAUSED
-// when its group is paused, or all are (the group is then recorded as paused, as Quartz does);
-// and, while a non-concurrent job runs, BLOCKED (PAUSED_BLOCKED): it waits for the run in
-// progress.
-func (a *applyCtx) initialState(ctx context.Context, job storedJob, group string) (string, error) {
-	var paused, executing bool
-	if err := a.tx.QueryRow(ctx, queries.Get("NewTriggerState"), a.h.cfg.Namespace, group, job.Group, job.Name,
-		allGroupsPaused).Scan(&paused, &executing); err != nil {
-		return "", fmt.Errorf("reading paused groups and job executions: %w", err)
-	}
-	blocked := job.Nonconcurrent && executing
-	switch {
-	case paused && blocked:
-		return store.StatePausedBlocked, nil
-	case paused:
-		return store.StatePaused, nil
-	case blocked:
-		return store.StateBlocked, nil
-	}
-	return store.StateWaiting, nil
-}
-
 // storeTrigger inserts trigger ts of job (replacing the job's own trigger of that key when
-// replace is set) and logs TriggerScheduled; field names it in rejections.
+// replace is set), in the state InsertTrigger decides (paused groups, a running non-concurrent
+// job), and logs TriggerScheduled; field names it in rejections.
 func (a *applyCtx) storeTrigger(ctx context.Context, job storedJob, ts TriggerSpec, field string, t *trigger.Trigger, replace bool) (ScheduledTrigger, error) {
 	ns := a.h.cfg.Namespace
 	var og, on string
@@ -313,15 +292,12 @@ func (a *applyCtx) storeTrigger(ctx context.Context, job storedJob, ts TriggerSp
 			return ScheduledTrigger{}, fmt.Errorf("replacing trigger: %w", err)
 		}
 	}
-	state, err := a.initialState(ctx, job, ts.Group)
+	row, err := a.triggerRow(job.JobRef, ts, t, store.StateWaiting)
 	if err != nil {
 		return ScheduledTrigger{}, err
 	}
-	row, err := a.triggerRow(job.JobRef, ts, t, state)
-	if err != nil {
-		return ScheduledTrigger{}, err
-	}
-	if _, err := a.tx.Exec(ctx, queries.Get("InsertTrigger"), append([]any{ns}, row.args()...)...); err != nil {
+	args := append(append([]any{ns}, row.args()...), allGroupsPaused, job.Nonconcurrent)
+	if err := a.tx.QueryRow(ctx, queries.Get("InsertTrigger"), args...).Scan(&row.State); err != nil {
 		return ScheduledTrigger{}, fmt.Errorf("storing trigger %s.%s: %w", ts.Group, ts.Name, err)
 	}
 	return row.scheduled(), a.triggerScheduled(job.JobRef, row)

@@ -17,19 +17,35 @@ set job_type = excluded.job_type, description = excluded.description, durable = 
 -- name: TriggerOwner
 select job_group, job_name from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3;
 
--- name: JobExecuting
-select exists (select 1 from fired_triggers
-               where sched_name = $1 and job_group = $2 and job_name = $3 and state = 'EXECUTING');
-
 -- name: DeleteTrigger
 delete from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3
 returning job_group, job_name, version;
 
 -- name: InsertTrigger
+-- A new trigger starts in state $14 (WAITING), or as Quartz's storeTrigger decides: PAUSED when
+-- its group ($2) is paused, or all are (the pause_all marker $19; its group is then recorded as
+-- paused, so that resume_all resumes it); BLOCKED (PAUSED_BLOCKED) while its non-concurrent ($20)
+-- job runs: it waits for the run in progress. Returns the state it got.
+with paused as (
+    select exists (select 1 from paused_trigger_grps where sched_name = $1 and trigger_group = $2) as own,
+           exists (select 1 from paused_trigger_grps where sched_name = $1 and trigger_group = $19) as every
+), recorded as (
+    insert into paused_trigger_grps (sched_name, trigger_group)
+    select $1, $2 from paused where every and not own
+    on conflict do nothing
+), initial as (
+    select case when p.own or p.every then case when b.running then 'PAUSED_BLOCKED' else 'PAUSED' end
+                when b.running then 'BLOCKED' else $14::text end as state
+    from paused p,
+         (select $20::bool and exists (select 1 from fired_triggers
+                   where sched_name = $1 and job_group = $4 and job_name = $5 and state = 'EXECUTING') as running) b
+)
 insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_name, kind, schedule, start_time,
                       end_time, calendar_name, priority, misfire_instr, next_fire_time, prev_fire_time,
                       times_triggered, state, trace_context, data, partition, version)
-values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, null, 0, $14, $15, $16, $17, $18);
+select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, null, 0, initial.state, $15, $16, $17, $18
+from initial
+returning state;
 
 -- name: DeleteJobTriggers
 delete from triggers where sched_name = $1 and job_group = $2 and job_name = $3;
@@ -62,21 +78,6 @@ on conflict do nothing;
 
 -- name: LoadJob
 select job_type, nonconcurrent from job_details where sched_name = $1 and job_group = $2 and job_name = $3 for update;
-
--- name: NewTriggerState
--- Quartz's storeTrigger: is the trigger's group ($2) paused, or are all ($5)? (Then its group is
--- recorded as paused, as Quartz does, so that resume_all resumes it.) Does the job run now?
-with paused as (
-    select exists (select 1 from paused_trigger_grps where sched_name = $1 and trigger_group = $2) as own,
-           exists (select 1 from paused_trigger_grps where sched_name = $1 and trigger_group = $5) as every
-), recorded as (
-    insert into paused_trigger_grps (sched_name, trigger_group)
-    select $1, $2 from paused where every and not own
-    on conflict do nothing
-)
-select (select own or every from paused),
-       exists (select 1 from fired_triggers
-               where sched_name = $1 and job_group = $3 and job_name = $4 and state = 'EXECUTING');
 
 -- name: TriggerExists
 select exists (select 1 from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3);
