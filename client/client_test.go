@@ -1,11 +1,14 @@
 package client_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/agatesched/agate/client"
 	"github.com/agatesched/agate/internal/devenv/testnode"
@@ -117,6 +120,13 @@ func TestPublisherAppliesEveryCommand(t *testing.T) {
 			Job:      client.Job{Group: "batch", Name: fmt.Sprintf("j%03d", i), Type: "noop"},
 			Triggers: []client.Trigger{client.OneShot("batch", fmt.Sprintf("t%03d", i), time.Now().Add(time.Hour))}}})
 	}
+	// Each applied command's outcome is a CommandAccepted event on agate.<ns>.evt.command.
+	accepted := make(chan *nats.Msg, 400)
+	sub, err := cl.NC.ChanSubscribe("agate."+cl.Namespace+".evt.command", accepted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	ids, err := p.Publish(t.Context(), cmds)
 	if err != nil {
 		t.Fatal(err)
@@ -124,18 +134,29 @@ func TestPublisherAppliesEveryCommand(t *testing.T) {
 	if len(ids) != 300 || ids[0] == "" || ids[0] == ids[1] {
 		t.Fatalf("ids %v…, want 300 distinct generated ids", ids[:2])
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var n int
-		if err := cl.Pool.QueryRow(t.Context(), `select count(*) from triggers where sched_name = $1`, cl.Namespace).Scan(&n); err != nil {
-			t.Fatal(err)
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	timeout := time.After(time.Minute)
+	for len(want) > 0 {
+		select {
+		case m := <-accepted:
+			var ev struct {
+				Type string `json:"type"`
+				Data struct {
+					CommandID string `json:"commandId"`
+				} `json:"data"`
+			}
+			if err := json.Unmarshal(m.Data, &ev); err == nil && ev.Type == "agate.command.accepted" {
+				delete(want, ev.Data.CommandID)
+			}
+		case <-timeout:
+			t.Fatalf("%d of 300 published commands not accepted after a minute", len(want))
 		}
-		if n == 300 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 300 published commands applied after a minute", n)
-		}
-		time.Sleep(50 * time.Millisecond) // applied by the node from the stream: no signal reaches this process
+	}
+	var n int
+	if err := cl.Pool.QueryRow(t.Context(), `select count(*) from triggers where sched_name = $1`, cl.Namespace).Scan(&n); err != nil || n != 300 {
+		t.Fatalf("%d triggers stored (%v), want 300", n, err)
 	}
 }
