@@ -66,13 +66,6 @@ type DeleteJob struct {
 	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
 }
 
-// UnscheduleTrigger is the unschedule_trigger command.
-type UnscheduleTrigger struct {
-	ID              string `json:"id"`
-	Trigger         KeyRef `json:"trigger"`
-	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
-}
-
 // ScheduledTrigger is one entry of an accepted schedule_job's result.
 type ScheduledTrigger struct {
 	Group        string     `json:"group"`
@@ -115,6 +108,18 @@ func (a *applyCtx) checkVersion(ctx context.Context, expected *int64, what, quer
 	return nil
 }
 
+func (a *applyCtx) checkJobVersion(ctx context.Context, expected *int64, group, name string) error {
+	return a.checkVersion(ctx, expected, "job "+group+"."+name, "JobVersion", group, name)
+}
+
+func (a *applyCtx) checkTriggerVersion(ctx context.Context, expected *int64, k KeyRef) error {
+	return a.checkVersion(ctx, expected, "trigger "+k.Group+"."+k.Name, "TriggerVersion", k.Group, k.Name)
+}
+
+func (a *applyCtx) checkCalendarVersion(ctx context.Context, expected *int64, name string) error {
+	return a.checkVersion(ctx, expected, fmt.Sprintf("calendar %q", name), "CalendarVersion", name)
+}
+
 // dueAt says the command made a trigger due at t, so that the acquire loop is woken only when
 // its next pass would come after t. An apply function that schedules or moves triggers calls it
 // for each; one that calls it for none wakes the loop at once.
@@ -150,8 +155,7 @@ func (a *applyCtx) scheduleJob(ctx context.Context, c *ScheduleJob) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.checkVersion(ctx, c.ExpectedVersion, "job "+c.Job.Group+"."+c.Job.Name,
-		"JobVersion", c.Job.Group, c.Job.Name); err != nil {
+	if err := a.checkJobVersion(ctx, c.ExpectedVersion, c.Job.Group, c.Job.Name); err != nil {
 		return nil, err
 	}
 	trigs, err := a.newTriggers(ctx, c.Triggers)
@@ -397,8 +401,7 @@ func (a *applyCtx) deleteTrigger(ctx context.Context, group, name string, job *K
 
 func (a *applyCtx) deleteJob(ctx context.Context, c *DeleteJob) (any, error) {
 	ns := a.h.cfg.Namespace
-	if err := a.checkVersion(ctx, c.ExpectedVersion, "job "+c.Job.Group+"."+c.Job.Name,
-		"JobVersion", c.Job.Group, c.Job.Name); err != nil {
+	if err := a.checkJobVersion(ctx, c.ExpectedVersion, c.Job.Group, c.Job.Name); err != nil {
 		return nil, err
 	}
 	var durable bool
@@ -421,10 +424,9 @@ func (a *applyCtx) deleteJob(ctx context.Context, c *DeleteJob) (any, error) {
 		map[string]any{"job": key, "commandId": a.commandID})
 }
 
-func (a *applyCtx) unscheduleTrigger(ctx context.Context, c *UnscheduleTrigger) (any, error) {
+func (a *applyCtx) unscheduleTrigger(ctx context.Context, c *TriggerRef) (any, error) {
 	ns := a.h.cfg.Namespace
-	if err := a.checkVersion(ctx, c.ExpectedVersion, "trigger "+c.Trigger.Group+"."+c.Trigger.Name,
-		"TriggerVersion", c.Trigger.Group, c.Trigger.Name); err != nil {
+	if err := a.checkTriggerVersion(ctx, c.ExpectedVersion, c.Trigger); err != nil {
 		return nil, err
 	}
 	var jk KeyRef
@@ -479,8 +481,7 @@ func (a *applyCtx) addCalendar(ctx context.Context, c *AddCalendar) (any, error)
 		}
 		return nil, reject(invalid("calendar", "%v", err))
 	}
-	if err := a.checkVersion(ctx, c.ExpectedVersion, fmt.Sprintf("calendar %q", c.Name),
-		"CalendarVersion", c.Name); err != nil {
+	if err := a.checkCalendarVersion(ctx, c.ExpectedVersion, c.Name); err != nil {
 		return nil, err
 	}
 	var replaced bool
@@ -546,8 +547,7 @@ func (a *applyCtx) applyCalendar(ctx context.Context, name string, cal trigger.C
 
 func (a *applyCtx) deleteCalendar(ctx context.Context, c *DeleteCalendar) (any, error) {
 	ns := a.h.cfg.Namespace
-	if err := a.checkVersion(ctx, c.ExpectedVersion, fmt.Sprintf("calendar %q", c.Name),
-		"CalendarVersion", c.Name); err != nil {
+	if err := a.checkCalendarVersion(ctx, c.ExpectedVersion, c.Name); err != nil {
 		return nil, err
 	}
 	var users int

@@ -217,7 +217,7 @@ func TestScopeUnion(t *testing.T) {
 	if u := a.union(b); u.all || len(u.jobs) != 2 {
 		t.Errorf("union of two job scopes: %+v", u)
 	}
-	if u := a.union(scopeOf(&UnscheduleTrigger{})); !u.all {
+	if u := a.union(scopeOf(&TriggerRef{})); !u.all {
 		t.Errorf("a command without jobs must lock all: %+v", u)
 	}
 	var none scope

@@ -52,7 +52,8 @@ type RescheduleTrigger struct {
 	ExpectedVersion *int64      `json:"expectedVersion,omitempty"`
 }
 
-// TriggerRef is the body of pause_trigger and resume_trigger.
+// TriggerRef is the body of the commands that name one trigger: unschedule_trigger,
+// pause_trigger and resume_trigger.
 type TriggerRef struct {
 	ID              string `json:"id"`
 	Trigger         KeyRef `json:"trigger"`
@@ -86,8 +87,7 @@ func (a *applyCtx) addJob(ctx context.Context, c *AddJob) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := a.checkVersion(ctx, c.ExpectedVersion, "job "+c.Job.Group+"."+c.Job.Name,
-		"JobVersion", c.Job.Group, c.Job.Name); err != nil {
+	if err := a.checkJobVersion(ctx, c.ExpectedVersion, c.Job.Group, c.Job.Name); err != nil {
 		return nil, err
 	}
 	replaced, err := a.storeJob(ctx, c.Job, c.Replace, timeoutMilli)
@@ -159,10 +159,6 @@ func renameField(err error, prefix, name string) error {
 		return reject(&e)
 	}
 	return err
-}
-
-func (a *applyCtx) checkTriggerVersion(ctx context.Context, expected *int64, k KeyRef) error {
-	return a.checkVersion(ctx, expected, "trigger "+k.Group+"."+k.Name, "TriggerVersion", k.Group, k.Name)
 }
 
 func (a *applyCtx) pauseTrigger(ctx context.Context, c *TriggerRef) (any, error) {

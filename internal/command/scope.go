@@ -31,7 +31,7 @@ func (c *DeleteJob) lockedJobs() []events.Key {
 	return []events.Key{{Group: c.Job.Group, Name: c.Job.Name}}
 }
 
-// UnscheduleTrigger names a trigger, not its job, so it locks every partition: looking the job
+// unschedule_trigger (TriggerRef) names a trigger, not its job, so it locks every partition: looking the job
 // up before locking would need a second look under the lock (the trigger may have been replaced
 // for another job meanwhile), for a command that is rare.
 
