@@ -13,6 +13,14 @@ import (
 	"github.com/agatesched/agate/client"
 )
 
+// jobOrTrigger reads the arguments "(job | trigger) GROUP.NAME" of command name.
+func jobOrTrigger(name string, args []string) (client.Key, error) {
+	if args[0] != "job" && args[0] != "trigger" {
+		return client.Key{}, usagef("usage: agatectl %s (job | trigger) GROUP.NAME", name)
+	}
+	return parseKey(args[1])
+}
+
 func table(w io.Writer, header string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
@@ -33,10 +41,7 @@ func newGetCmd(o *clusterOpts) *cobra.Command {
   agatectl get trigger reports.nightly -o json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "job" && args[0] != "trigger" {
-				return usagef("usage: agatectl get (job | trigger) GROUP.NAME")
-			}
-			key, err := parseKey(args[1])
+			key, err := jobOrTrigger("get", args)
 			if err != nil {
 				return err
 			}
@@ -239,10 +244,7 @@ fires, outcomes, pauses, misfires, releases, repairs.
   agatectl history trigger reports.nightly --limit 20`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "job" && args[0] != "trigger" {
-				return usagef("usage: agatectl history (job | trigger) GROUP.NAME")
-			}
-			key, err := parseKey(args[1])
+			key, err := jobOrTrigger("history", args)
 			if err != nil {
 				return err
 			}
