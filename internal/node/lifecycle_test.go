@@ -7,9 +7,13 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/events"
@@ -18,14 +22,31 @@ import (
 )
 
 // Two nodes and two workers on one database and one JetStream: every (trigger, scheduled time)
-// fires exactly once and completes, nothing is left behind, and the log tells the whole story.
+// fires exactly once and completes, each JobFired is published once (by the node that fired it:
+// the outbox sweep passes over what the nodes vouched for), nothing is left behind, and the log
+// tells the whole story.
 func TestTwoNodesFireEverythingOnce(t *testing.T) {
 	lockModes(t, func(t *testing.T, mode func(*node.Config)) {
 		e := newEnv(t)
-		e.startNode("n1", mode)
-		e.startNode("n2", mode)
+		// The sweep would publish a row nobody vouched for after 10 s: long enough for a check-in
+		// (every second) to vouch for every fire even on a loaded machine.
+		sweep := func(c *node.Config) { mode(c); c.SweepDelay = 10 * time.Second }
+		e.startNode("n1", sweep)
+		e.startNode("n2", sweep)
 		e.startWorker("w1", nil, nil)
 		e.startWorker("w2", nil, nil)
+		// Every publish of a JobFired reaches core subscribers, also a copy JetStream drops.
+		var pubMu sync.Mutex
+		publishes := map[string]int{}
+		sub, err := e.nc.Subscribe(events.Subjects(e.ns).All("fired"), func(m *nats.Msg) {
+			pubMu.Lock()
+			publishes[m.Header.Get(jetstream.MsgIDHeader)]++
+			pubMu.Unlock()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
 
 		t0 := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
 		expected := map[string]bool{} // "<trigger>@<scheduled time>"
@@ -131,6 +152,31 @@ func TestTwoNodesFireEverythingOnce(t *testing.T) {
 		}
 		slices.Sort(late)
 		t.Logf("lateness p50 %v p99 %v max %v", late[len(late)/2], late[len(late)*99/100], late[len(late)-1])
+
+		e.waitFor(30*time.Second, "the outbox sweep to pass every JobFired", func() bool {
+			return e.count(`select count(*) from events e where e.sched_name = $1 and e.type = $2 and not exists (
+				select 1 from outbox_cursor c where c.sched_name = $1 and (e.xid, e.seq) <= (c.last_xid, c.last_seq))`,
+				e.ns, events.TypeJobFired) == 0
+		})
+		// Flush: whatever the server delivered before now has reached the subscription.
+		if err := e.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor(5*time.Second, "the subscription to see 1,500 JobFired", func() bool {
+			pubMu.Lock()
+			defer pubMu.Unlock()
+			return len(publishes) >= 1500
+		})
+		pubMu.Lock()
+		defer pubMu.Unlock()
+		if len(publishes) != 1500 {
+			t.Errorf("%d JobFired events were published, want 1500", len(publishes))
+		}
+		for id, n := range publishes {
+			if n != 1 {
+				t.Errorf("JobFired %s was published %d times, want once", id, n)
+			}
+		}
 	})
 }
 

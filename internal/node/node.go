@@ -163,7 +163,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		cfg.Now = clock.Now
 	}
 	member := &store.Member{} // set by recovery when the node joins; acquire and fire read it
-	ob := outbox.New(outbox.Config{Namespace: ns, SweepInterval: cfg.SweepInterval, SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
+	ob := outbox.New(outbox.Config{Namespace: ns, InstanceID: cfg.InstanceID, SweepInterval: cfg.SweepInterval, SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
 	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log, Now: cfg.Now})
 	queue := fire.NewQueue(fire.QueueConfig{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, MaxBatch: cfg.Batch,
 		Logger: log, Now: cfg.Now, Wake: wakeup, Member: member}, ob, firer)

@@ -29,6 +29,8 @@ var queries = store.ParseQueries(queriesSQL)
 // Config configures an Outbox.
 type Config struct {
 	Namespace string
+	// InstanceID is the node's: it vouches at check-in for the events it published (Published).
+	InstanceID string
 	// SweepInterval is how often the sweep looks for events nobody published. Default 1s.
 	SweepInterval time.Duration
 	// SweepDelay is how old an event must be before the sweep republishes it: younger ones are
@@ -57,7 +59,8 @@ type Outbox struct {
 	cfg   Config
 	pool  *pgxpool.Pool
 	js    jetstream.JetStream
-	queue chan []events.Event
+	queue chan queued
+	pub   *published
 
 	TestSignals TestSignals
 }
@@ -76,7 +79,7 @@ func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream) *Outbox {
 	cfg.SweepBatch = cmp.Or(cfg.SweepBatch, 1000)
 	cfg.QueueLen = cmp.Or(cfg.QueueLen, 1024)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	return &Outbox{cfg: cfg, pool: pool, js: js, queue: make(chan []events.Event, cfg.QueueLen)}
+	return &Outbox{cfg: cfg, pool: pool, js: js, queue: make(chan queued, cfg.QueueLen), pub: newPublished()}
 }
 
 // Tx is a transaction that records the events of the change it makes.
@@ -114,30 +117,52 @@ func (tx *Tx) Savepoint(ctx context.Context, fn func(tx *Tx) error) error {
 	return err
 }
 
+// queued is a committed transaction's events waiting for the publisher.
+type queued struct {
+	evs []events.Event
+	tx  *pendingTx
+}
+
 // InTx runs fn in a transaction. The events fn appended are written to the log in that
 // transaction, in one statement; once the commit succeeded they are queued for publishing. An
 // event that cannot be queued is in the log, and the sweep publishes it.
 func (o *Outbox) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	var evs []events.Event
+	pt := o.pub.begin()
 	err := store.InTx(ctx, o.pool, func(ptx pgx.Tx) error {
 		tx := &Tx{Tx: ptx}
 		if err := fn(tx); err != nil {
 			return err
 		}
 		evs = tx.evs
-		return appendEvents(ctx, ptx, o.cfg.Namespace, evs)
+		xid, err := appendEvents(ctx, ptx, o.cfg.Namespace, evs)
+		if err == nil && xid != 0 {
+			o.pub.assigned(pt, xid)
+		}
+		return err
 	})
 	if err != nil {
+		o.pub.failed(pt)
 		return err
 	}
-	o.enqueue(ctx, evs)
+	o.enqueue(ctx, evs, pt)
 	return nil
 }
 
-// appendEvents writes evs to the log in tx, in one statement.
-func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events.Event) error {
+// PublishedBelow is the xid below which every event this node committed is stored in
+// JetStream (see published); a check-in records it for the sweep.
+func (o *Outbox) PublishedBelow() uint64 { return o.pub.below() }
+
+// Seen tells the outbox an xid the database assigned to this node (a check-in's) and the xid
+// of the sweep's cursor, so that PublishedBelow can move on while the node is idle and past
+// events the sweep has published.
+func (o *Outbox) Seen(xid, cursor uint64) { o.pub.seen(xid, cursor) }
+
+// appendEvents writes evs to the log in tx, in one statement, and returns the transaction's
+// xid (0 when evs is empty).
+func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events.Event) (uint64, error) {
 	if len(evs) == 0 {
-		return nil
+		return 0, nil
 	}
 	n := len(evs)
 	ids := make([]uuid.UUID, n)
@@ -148,26 +173,36 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 		ids[i], types[i], sources[i], aggs[i], aggIDs[i] = e.ID, e.Type, e.Source, e.Aggregate, e.AggregateID
 		topics[i], times[i], datas[i], traces[i] = e.Topic, e.Time, string(e.Data), e.TraceParent
 	}
-	_, err := tx.Exec(ctx, queries.Get("Append"), namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces)
+	var xid uint64
+	err := tx.QueryRow(ctx, queries.Get("Append"), namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces).Scan(&xid)
 	if err != nil {
-		return fmt.Errorf("appending %d events to the log: %w", n, err)
+		return 0, fmt.Errorf("appending %d events to the log: %w", n, err)
 	}
-	return nil
+	return xid, nil
 }
 
-// enqueue hands committed events with a topic to the publisher without waiting.
-func (o *Outbox) enqueue(ctx context.Context, evs []events.Event) {
+// enqueue hands committed events with a topic to the publisher without waiting. When there are
+// none, or one was written by another source (this node can vouch only for its own), pt ends
+// here; a batch that cannot be queued keeps pt pending for the sweep.
+func (o *Outbox) enqueue(ctx context.Context, evs []events.Event, pt *pendingTx) {
 	var pub []events.Event
+	own := events.Source(o.cfg.Namespace, o.cfg.InstanceID)
 	for _, e := range evs {
 		if e.Topic != "" { // a completion recorded from the bus is already on it
 			pub = append(pub, e)
+			if e.Source != own {
+				pt = nil
+			}
 		}
 	}
 	if len(pub) == 0 {
+		if pt != nil {
+			o.pub.done(pt)
+		}
 		return
 	}
 	select {
-	case o.queue <- pub:
+	case o.queue <- queued{evs: pub, tx: pt}:
 	default:
 		o.cfg.Logger.WarnContext(ctx, "the publish queue is full (NATS slow or unreachable); the outbox sweep will publish these events",
 			slog.Int("events", len(pub)))
@@ -212,16 +247,18 @@ func (o *Outbox) runPublisher(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case evs := <-o.queue:
-			o.publishQueued(ctx, evs)
+		case q := <-o.queue:
+			if o.publishQueued(ctx, q.evs) && q.tx != nil {
+				o.pub.done(q.tx)
+			}
 		}
 	}
 }
 
 // publishQueued publishes one committed batch, retrying with back-off until JetStream has
-// stored every event (or the node stops: then the sweep publishes them). Publishing again is
-// safe: Nats-Msg-Id makes JetStream drop what it already has.
-func (o *Outbox) publishQueued(ctx context.Context, evs []events.Event) {
+// stored every event (true) or the node stops (false: then the sweep publishes them).
+// Publishing again is safe: Nats-Msg-Id makes JetStream drop what it already has.
+func (o *Outbox) publishQueued(ctx context.Context, evs []events.Event) bool {
 	for attempt := 1; ; attempt++ {
 		err := publish(ctx, o.js, evs)
 		if err == nil {
@@ -230,10 +267,10 @@ func (o *Outbox) publishQueued(ctx context.Context, evs []events.Event) {
 					slog.Int("attempts", attempt))
 			}
 			o.TestSignals.Published.Signal(len(evs))
-			return
+			return true
 		}
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		if attempt == 1 {
 			o.cfg.Logger.WarnContext(ctx, "publishing committed events failed; retrying (if this node stops first, the outbox sweep publishes them)",
@@ -243,7 +280,7 @@ func (o *Outbox) publishQueued(ctx context.Context, evs []events.Event) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return false
 		case <-t.C:
 		}
 	}
@@ -282,8 +319,9 @@ func publish(ctx context.Context, js jetstream.JetStream, evs []events.Event) er
 	return errors.Join(errs...)
 }
 
-// SweepOnce publishes one batch of events older than SweepDelay that lie after the cursor, then
-// advances the cursor. It returns how many it published (0 when another node holds the cursor).
+// SweepOnce publishes the events of one batch after the cursor that no live node vouches for
+// and that are older than SweepDelay, then advances the cursor. It returns how many it
+// published (0 when another node holds the cursor).
 func (o *Outbox) SweepOnce(ctx context.Context) (int, error) {
 	published := 0
 	err := store.InTx(ctx, o.pool, func(tx pgx.Tx) error {
@@ -297,11 +335,13 @@ func (o *Outbox) SweepOnce(ctx context.Context) (int, error) {
 			return fmt.Errorf("reading outbox cursor: %w", err)
 		}
 		evs, xid, seq, err := o.unpublished(ctx, tx, lastXID, lastSeq)
-		if err != nil || len(evs) == 0 {
+		if err != nil || xid == "" {
 			return err
 		}
-		if err := publish(ctx, o.js, evs); err != nil {
-			return err
+		if len(evs) > 0 {
+			if err := publish(ctx, o.js, evs); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, queries.Get("AdvanceCursor"), o.cfg.Namespace, xid, seq); err != nil {
 			return fmt.Errorf("advancing outbox cursor: %w", err)
@@ -315,8 +355,9 @@ func (o *Outbox) SweepOnce(ctx context.Context) (int, error) {
 	return published, err
 }
 
-// unpublished reads the events after the cursor that are older than SweepDelay, and the
-// position of the last one.
+// unpublished reads the events after the cursor, up to the first one not vouched for that is
+// younger than SweepDelay: it returns those not vouched for, and the position of the last row
+// passed ("" when none).
 func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (evs []events.Event, xid string, seq int64, err error) {
 	rows, err := tx.Query(ctx, queries.Get("SweepBatch"), o.cfg.Namespace, lastXID, lastSeq, o.cfg.SweepBatch)
 	if err != nil {
@@ -328,16 +369,20 @@ func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, las
 		var e events.Event
 		var rowSeq int64
 		var rowXID string
+		var vouched bool
 		var data []byte
-		if err := rows.Scan(&rowSeq, &rowXID, &e.ID, &e.Type, &e.Source, &e.Aggregate, &e.AggregateID,
+		if err := rows.Scan(&rowSeq, &rowXID, &vouched, &e.ID, &e.Type, &e.Source, &e.Aggregate, &e.AggregateID,
 			&e.Topic, &e.Time, &data, &e.TraceParent); err != nil {
 			return nil, "", 0, fmt.Errorf("reading outbox row: %w", err)
 		}
-		if e.Time.After(cutoff) {
-			break // the rest is young: its own node is publishing it
+		if !vouched {
+			if e.Time.After(cutoff) {
+				break // the rest is young: its own node is publishing it
+			}
+			e.Data, e.Subject = data, e.AggregateID
+			evs = append(evs, e)
 		}
-		e.Data, e.Subject = data, e.AggregateID
-		evs, seq, xid = append(evs, e), rowSeq, rowXID
+		seq, xid = rowSeq, rowXID
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", 0, fmt.Errorf("reading outbox: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func appendOne(t *testing.T, ctx context.Context, tx pgx.Tx, ns, name string) ev
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := appendEvents(ctx, tx, ns, []events.Event{ev}); err != nil {
+	if _, err := appendEvents(ctx, tx, ns, []events.Event{ev}); err != nil {
 		t.Fatal(err)
 	}
 	return ev
@@ -189,7 +190,7 @@ func TestSweepOrdersXIDsAsNumbers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { return appendEvents(ctx, tx, ns, []events.Event{young}) }); err != nil {
+	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { _, err := appendEvents(ctx, tx, ns, []events.Event{young}); return err }); err != nil {
 		t.Fatal(err)
 	}
 	var older int64
@@ -216,5 +217,85 @@ func TestSweepOrdersXIDsAsNumbers(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond) // the poll step while the older row ages
+	}
+}
+
+// The sweep publishes only what no live node vouches for: the events a node published itself
+// and vouched for at check-in are passed over, those of a node that could not publish them
+// (here one without JetStream) are published, and rows of an earlier run of the same instance
+// id are never vouched for by the new run.
+func TestSweepSkipsWhatANodeVouchedFor(t *testing.T) {
+	pool, js, ns := setup(t)
+	ctx := t.Context()
+	join := func(instance string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms, published_from)
+			values ($1, $2, now(), 1000, pg_current_xact_id())
+			on conflict (sched_name, instance_id) do update set published_from = pg_current_xact_id(), published_below = null`,
+			ns, instance); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkIn := func(instance string, ob *Outbox) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `update scheduler_state set published_below = $3::text::xid8 where sched_name = $1 and instance_id = $2`,
+			ns, instance, strconv.FormatUint(ob.PublishedBelow(), 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit := func(ob *Outbox, instance string, n int) {
+		t.Helper()
+		if err := ob.InTx(ctx, func(tx *Tx) error {
+			for i := range n {
+				ev, err := events.New(events.TypeTriggerScheduled, events.Source(ns, instance), events.AggregateTrigger,
+					fmt.Sprintf("g.%s-%d", instance, i), events.Subjects(ns).Evt("trigger"), time.Now().Add(-time.Hour), nil)
+				if err != nil {
+					return err
+				}
+				tx.Append(ev)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// n0 ran before: it committed an event and died before publishing it (no JetStream here).
+	join("n1")
+	commit(New(Config{Namespace: ns, InstanceID: "n1"}, pool, nil), "n1", 1)
+
+	// n1 starts again (same instance id) and publishes its own events.
+	join("n1")
+	ob1 := New(Config{Namespace: ns, InstanceID: "n1", SweepInterval: time.Hour}, pool, js)
+	ob1.TestSignals.Published.Init()
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- ob1.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	commit(ob1, "n1", 3)
+	if n := ob1.TestSignals.Published.Wait(t); n != 3 {
+		t.Fatalf("n1 published %d events, want 3", n)
+	}
+	// n2 commits two events it cannot publish.
+	join("n2")
+	ob2 := New(Config{Namespace: ns, InstanceID: "n2"}, pool, nil)
+	commit(ob2, "n2", 2)
+	checkIn("n1", ob1)
+	checkIn("n2", ob2)
+
+	relay := New(Config{Namespace: ns, SweepDelay: time.Nanosecond}, pool, js)
+	if n, err := relay.SweepOnce(ctx); err != nil || n != 3 {
+		t.Fatalf("swept %d events (err %v), want 3: the earlier run's one and n2's two", n, err)
+	}
+	if got := streamCount(t, js, ns); got != 6 {
+		t.Fatalf("stream holds %d messages, want all 6", got)
+	}
+	var logged int
+	if err := pool.QueryRow(ctx, `select count(*) from events e, outbox_cursor c
+		where e.sched_name = $1 and c.sched_name = $1 and (e.xid, e.seq) <= (c.last_xid, c.last_seq)`, ns).Scan(&logged); err != nil {
+		t.Fatal(err)
+	}
+	if logged != 6 {
+		t.Fatalf("the cursor passed %d events, want all 6", logged)
 	}
 }

@@ -1,10 +1,14 @@
 -- name: Append
--- One multi-row insert per batch of events (no round trip per row).
-insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
-select id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb, nullif(trace_context, '')
-from unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[])
-    as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
-on conflict (id) do nothing;
+-- One multi-row insert per batch of events (no round trip per row). It returns the
+-- transaction's xid, which the node vouches for once JetStream stored the events.
+with ins as (
+    insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
+    select id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb, nullif(trace_context, '')
+    from unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[])
+        as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
+    on conflict (id) do nothing
+)
+select pg_current_xact_id()::text::bigint;
 
 -- name: LockCursor
 -- One sweeper per namespace at a time; the others skip instead of queueing.
@@ -12,13 +16,21 @@ select last_xid::text, last_seq from outbox_cursor where sched_name = $1 for upd
 
 -- name: SweepBatch
 -- Rows after the cursor in (xid, seq) order, fenced below the oldest running transaction so a
--- row whose seq was taken before a slower transaction committed is never passed over.
+-- row whose seq was taken before a slower transaction committed is never passed over. A row
+-- a live node vouches for (its xid in the range the node's last check-in recorded: JetStream
+-- stored it) is only passed over: its data is not even read.
 -- The xid is selected as text under another name: ORDER BY a bare name prefers an output column,
 -- so "xid::text" named xid would sort as text ("1001" before "764") and the cursor, compared as
 -- xid8, would pass rows for good whenever xids gain a digit.
-select seq, xid::text as xid_text, id, type, source, aggregate, aggregate_id, nats_subject, time, data,
-       coalesce(trace_context, '')
+with vouched as (
+    select 'agate/' || sched_name || '/' || instance_id as source, published_from, published_below
+    from scheduler_state
+    where sched_name = $1 and published_below is not null
+)
+select seq, xid::text as xid_text, v.source is not null, id, type, e.source, aggregate, aggregate_id, nats_subject, time,
+       case when v.source is null then data end, coalesce(trace_context, '')
 from events e
+left join vouched v on v.source = e.source and e.xid >= v.published_from and e.xid < v.published_below
 where e.nats_subject is not null
   and (e.xid, e.seq) > ($2::xid8, $3::bigint)
   and e.xid < pg_snapshot_xmin(pg_current_snapshot())

@@ -1,16 +1,25 @@
 -- name: Join
 -- A node enters the cluster under a new epoch (a row left by an earlier run of this instance id
--- gets a new one too).
-insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms, epoch)
-values ($1, $2, now(), $3, nextval('scheduler_epoch'))
+-- gets a new one too). It vouches for no published event yet, and later only for events of
+-- transactions after this one: an earlier run's leftovers are the sweep's.
+insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms, epoch, published_from)
+values ($1, $2, now(), $3, nextval('scheduler_epoch'), pg_current_xact_id())
 on conflict (sched_name, instance_id) do update
-set last_checkin_time = now(), checkin_interval_ms = $3, epoch = nextval('scheduler_epoch')
+set last_checkin_time = now(), checkin_interval_ms = $3, epoch = nextval('scheduler_epoch'),
+    published_from = pg_current_xact_id(), published_below = null
 returning epoch;
 
 -- name: CheckIn
 -- No row: the cluster declared this node failed (or another process took its instance id).
-update scheduler_state set last_checkin_time = now(), checkin_interval_ms = $3
-where sched_name = $1 and instance_id = $2 and epoch = $4;
+-- $5: the node's events of transactions below this xid are in JetStream (outbox.PublishedBelow);
+-- greatest() because the heartbeat and the recovery pass check in concurrently. It returns its
+-- own xid and the sweep cursor's, which move the node's next PublishedBelow on.
+update scheduler_state
+set last_checkin_time = now(), checkin_interval_ms = $3,
+    published_below = greatest(published_below, $5::text::xid8)
+where sched_name = $1 and instance_id = $2 and epoch = $4
+returning pg_current_xact_id()::text::bigint,
+          coalesce((select last_xid::text::bigint from outbox_cursor where sched_name = $1), 0);
 
 -- name: FailedNodes
 -- The database clock decides, so node clocks need not agree.

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -159,12 +161,28 @@ func (r *Recoverer) heartbeat(ctx context.Context) {
 			continue
 		}
 		bctx, cancel := context.WithTimeout(ctx, r.cfg.CheckinInterval)
-		_, err := r.pool.Exec(bctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID, r.cfg.CheckinInterval.Milliseconds(), epoch)
+		_, err := r.checkIn(bctx, epoch)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			r.cfg.Logger.DebugContext(ctx, "heartbeat check-in failed", slog.Any("error", err))
 		}
 	}
+}
+
+// checkIn records that this node is alive under epoch, and what it has published (see
+// outbox.PublishedBelow). It returns false when the node's membership is gone.
+func (r *Recoverer) checkIn(ctx context.Context, epoch int64) (bool, error) {
+	var xid, cursor uint64
+	err := r.pool.QueryRow(ctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID,
+		r.cfg.CheckinInterval.Milliseconds(), epoch, strconv.FormatUint(r.outbox.PublishedBelow(), 10)).Scan(&xid, &cursor)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	r.outbox.Seen(xid, cursor)
+	return true, nil
 }
 
 // Result says what one pass did.
@@ -186,12 +204,11 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
 	res.ClockOffset = r.measureClock(ctx)
 	if r.epoch != 0 {
-		tag, err := r.pool.Exec(ctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID,
-			r.cfg.CheckinInterval.Milliseconds(), r.epoch)
+		member, err := r.checkIn(ctx, r.epoch)
 		if err != nil {
 			return res, fmt.Errorf("checking in: %w", err)
 		}
-		if tag.RowsAffected() == 0 {
+		if !member {
 			r.cfg.Member.Set(0)
 			r.cfg.Logger.ErrorContext(ctx, "this node was declared failed by the cluster (it did not check in in time: "+
 				"paused, overloaded or cut off from the database); it stopped claiming, and rejoins under a new epoch",
