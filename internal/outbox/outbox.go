@@ -169,12 +169,16 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 	types, sources, aggs, aggIDs, topics, datas, traces := make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	times := make([]time.Time, n)
+	query := "Append"
 	for i, e := range evs {
+		if e.Topic == "" {
+			query = "AppendFromBus"
+		}
 		ids[i], types[i], sources[i], aggs[i], aggIDs[i] = e.ID, e.Type, e.Source, e.Aggregate, e.AggregateID
 		topics[i], times[i], datas[i], traces[i] = e.Topic, e.Time, string(e.Data), e.TraceParent
 	}
 	var xid uint64
-	err := tx.QueryRow(ctx, queries.Get("Append"), namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces).Scan(&xid)
+	err := tx.QueryRow(ctx, queries.Get(query), namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces).Scan(&xid)
 	if err != nil {
 		return 0, fmt.Errorf("appending %d events to the log: %w", n, err)
 	}

@@ -1,6 +1,19 @@
 -- name: Append
 -- One multi-row insert per batch of events (no round trip per row). It returns the
--- transaction's xid, which the node vouches for once JetStream stored the events.
+-- transaction's xid, which the node vouches for once JetStream stored the events. The events a
+-- node creates have new ids: a plain insert, without ON CONFLICT's speculative insertion (an
+-- index probe and a confirmation WAL record per row).
+with ins as (
+    insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
+    select id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb, nullif(trace_context, '')
+    from unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[])
+        as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
+)
+select pg_current_xact_id()::text::bigint;
+
+-- name: AppendFromBus
+-- Append, for a batch with events taken from the bus (no topic): a redelivered message brings an
+-- event the log may hold already.
 with ins as (
     insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
     select id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb, nullif(trace_context, '')

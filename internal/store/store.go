@@ -32,6 +32,15 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	// trigger states whose statistics lag behind a burst (all WAITING a second ago, all ACQUIRED
 	// now), make cached generic plans pick whole-namespace scans (measured: 143 ms per lookup).
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	// Agate's hot statements join a key list (unnest of arrays) to triggers, jobs or fired rows by
+	// primary key. With the default random_page_cost (4, a spinning disk's) the planner prices 500
+	// index probes above a hash of the whole namespace until the table holds about 40,000 rows,
+	// so a burst's fire, update and delete statements scanned every trigger: 25 ms instead of
+	// 4 ms per 500 keys (docs/performance.md). The tables Agate works on are cached, as on any
+	// SSD-backed server; a URL parameter random_page_cost=… overrides this.
+	if _, ok := cfg.ConnConfig.RuntimeParams["random_page_cost"]; !ok {
+		cfg.ConnConfig.RuntimeParams["random_page_cost"] = "1.1"
+	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "agate"
 	}
