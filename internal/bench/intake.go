@@ -42,7 +42,7 @@ type IntakeResult struct {
 	// CPU is the CPU seconds each kind of process used during the measurement: postgres (the
 	// private server's processes), nats-server, scheduler (all nodes) and bench (the producer).
 	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
-	// Profiles are the CPU profiles of the scheduler processes taken during it (--intake-profile).
+	// Profiles are the CPU profiles of the scheduler processes taken during it (--profile).
 	Profiles []string `json:"profiles,omitempty"`
 }
 

@@ -196,7 +196,9 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 		log.Warn("scheduling finished after T0: the first fires are late because of it and the figures understate Agate; raise --lead")
 	}
 
-	// Counters from here: statistics reset right before T0 (or now, when late), CPU read.
+	// Counters from here: statistics reset and CPU read right before T0 (or now, when late),
+	// before the first claims (fire-ahead 200 ms), not while the bench waits for T0.
+	sleepUntil(ctx, t0.Add(-500*time.Millisecond))
 	if err := b.resetStatements(ctx, admin); err != nil {
 		return Result{}, err
 	}
@@ -299,21 +301,25 @@ func deleteStreams(js jetstream.JetStream, ns string, log *slog.Logger) {
 	}
 }
 
-// calibrateLead sends commands like the workload's (their triggers due in a day), as many as
-// twice the requests in flight, times them, deletes their jobs, and returns a lead long enough
-// to send the workload's commands before T0: 3 s + 1.5 × the time they take at that rate.
+// calibrateLead sends commands like the workload's (their triggers due in a day): a first round
+// of --in-flight to warm the nodes' connections and caches, then twice as many, timed. It deletes
+// their jobs and returns a lead long enough to send the workload's commands before T0: 3 s +
+// 1.5 × the time they take at the timed rate.
 func (b *bench) calibrateLead(ctx context.Context, nc *nats.Conn, ns string, s spec) (time.Duration, error) {
-	n := min(s.commands(b.o.TriggersPerCommand), max(2*b.o.InFlight, 50))
-	cal := spec{triggers: n * b.o.TriggersPerCommand, fires: 1, offset: func(int) time.Duration { return 0 }}
+	warm, timed := b.o.InFlight, min(s.commands(b.o.TriggersPerCommand), max(2*b.o.InFlight, 50))
+	cal := spec{triggers: (warm + timed) * b.o.TriggersPerCommand, fires: 1, offset: func(int) time.Duration { return 0 }}
 	cmds, _, err := cal.plan("calib", time.Now().Add(24*time.Hour).Truncate(time.Millisecond), b.o.TriggersPerCommand)
 	if err != nil {
 		return 0, err
 	}
-	start := time.Now()
-	if err := schedule(ctx, nc, ns, cmds, b.o.InFlight, b.log); err != nil {
+	if err := schedule(ctx, nc, ns, cmds[:warm], b.o.InFlight, b.log); err != nil {
 		return 0, fmt.Errorf("calibration: %w", err)
 	}
-	per := time.Since(start) / time.Duration(len(cmds))
+	start := time.Now()
+	if err := schedule(ctx, nc, ns, cmds[warm:], b.o.InFlight, b.log); err != nil {
+		return 0, fmt.Errorf("calibration: %w", err)
+	}
+	per := time.Since(start) / time.Duration(len(cmds)-warm)
 	dels := make([][]byte, len(cmds))
 	for c := range cmds {
 		dels[c] = fmt.Appendf(nil, `{"id":"calib-del-%d","job":{"group":"calib","name":"j%06d"}}`, c, c)
