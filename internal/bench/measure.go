@@ -73,7 +73,12 @@ type Result struct {
 	// fewer than 90 % of the demanded fires/s got through.
 	BacklogGrows bool      `json:"backlogGrows"`
 	Failover     *Failover `json:"failover,omitempty"`
-	Profiles     []string  `json:"profiles,omitempty"`
+	// AnalyzedBeforeT0 and AnalyzedDuring are the tables autovacuum analyzed while the bench
+	// scheduled (and waited for T0) and during the measured interval: the bench never runs
+	// ANALYZE, so plans before that are made on the statistics of empty tables.
+	AnalyzedBeforeT0 []string `json:"autoanalyzedBeforeT0"`
+	AnalyzedDuring   []string `json:"autoanalyzedDuring"`
+	Profiles         []string `json:"profiles,omitempty"`
 }
 
 // Lateness is a distribution in milliseconds.
@@ -130,6 +135,36 @@ func readDBStats(ctx context.Context, conn *pgx.Conn) (dbStats, error) {
 		return s, fmt.Errorf("reading pg_stat_database: %w", err)
 	}
 	return s, nil
+}
+
+// analyzeCounts is how many times autovacuum analyzed each table of the workload database.
+func analyzeCounts(ctx context.Context, conn *pgx.Conn) (map[string]int64, error) {
+	rows, err := conn.Query(ctx, `select relname, autoanalyze_count + analyze_count from pg_stat_user_tables`)
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_user_tables: %w", err)
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var t string
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
+			return nil, fmt.Errorf("reading pg_stat_user_tables: %w", err)
+		}
+		out[t] = n
+	}
+	return out, rows.Err()
+}
+
+// analyzedBetween lists the tables analyzed between two readings.
+func analyzedBetween(before, after map[string]int64) []string {
+	out := []string{}
+	for t, n := range after {
+		if n > before[t] {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // resetStatements empties pg_stat_statements so that it holds the measured interval only.

@@ -132,6 +132,8 @@ func writeDetails(w io.Writer, r Result) {
 		fmt.Fprintf(w, "Failover: %s killed (SIGKILL) at T0+%.1fs; fires due after it: worst fire lateness (the gap) %s ms, reached %.1f s after the kill; %d fired more than 1 s late; %s fired %d before the kill.\n",
 			f.Node, f.KilledAfterT0Sec, f1(f.GapMs), f.RecoveredAfterKillSec, f.LateOverOneSec, f.Node, f.FiredByKilledBefore)
 	}
+	fmt.Fprintf(w, "Tables autovacuum analyzed before T0: %s; during the run: %s (the bench runs no ANALYZE).\n",
+		listOrNone(r.AnalyzedBeforeT0), listOrNone(r.AnalyzedDuring))
 	fmt.Fprintln(w)
 	if len(r.Windows) > 0 {
 		fmt.Fprintf(w, "Start lateness by %d s window of scheduled time (backlog grows: %v):\n\n", r.WindowSec, r.BacklogGrows)
@@ -179,6 +181,13 @@ func cpuSplit(cpu map[string]float64) string {
 		parts[i] = fmt.Sprintf("%s %s", k, f1(cpu[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return strings.Join(l, ", ")
 }
 
 func shorten(s string, n int) string {

@@ -136,6 +136,10 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 		return Result{}, fmt.Errorf("connecting to %s: %w", dbName, err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
+	analyzedAtStart, err := analyzeCounts(ctx, admin)
+	if err != nil {
+		return Result{}, err
+	}
 
 	nc, err := nats.Connect(b.inf.natsURL, nats.Name("agatebench-producer"))
 	if err != nil {
@@ -206,6 +210,10 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	analyzedAtT0, err := analyzeCounts(ctx, admin)
+	if err != nil {
+		return Result{}, err
+	}
 	pids := b.pids(cl)
 	cpuBefore := cpuSeconds(pids)
 	profiles := func() []string { return nil }
@@ -248,6 +256,10 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	analyzedAtEnd, err := analyzeCounts(ctx, admin)
+	if err != nil {
+		return Result{}, err
+	}
 
 	r := obs.result(s, t0)
 	r.Workers, r.Concurrency, r.TriggersPerCommand = b.o.Workers, b.o.Concurrency, perCmd
@@ -255,6 +267,8 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	r.SchedulingSec = schedEnd.Sub(schedStart).Seconds()
 	r.ScheduledBeforeT0Sec = t0.Sub(schedEnd).Seconds()
 	r.TimedOut = timedOut
+	r.AnalyzedBeforeT0 = analyzedBetween(analyzedAtStart, analyzedAtT0)
+	r.AnalyzedDuring = analyzedBetween(analyzedAtT0, analyzedAtEnd)
 	if !timedOut && r.Completions > 0 {
 		r.AllCompletedAfterT0Sec = allSeen.Sub(t0).Seconds()
 		r.E2EPerSec = float64(len(expected)) / allSeen.Sub(t0).Seconds()
@@ -302,11 +316,13 @@ func deleteStreams(js jetstream.JetStream, ns string, log *slog.Logger) {
 }
 
 // calibrateLead sends commands like the workload's (their triggers due in a day): a first round
-// of --in-flight to warm the nodes' connections and caches, then twice as many, timed. It deletes
+// (up to --in-flight) to warm the nodes' connections and caches, then up to twice as many, timed. It deletes
 // their jobs and returns a lead long enough to send the workload's commands before T0: 3 s +
 // 1.5 × the time they take at the timed rate.
 func (b *bench) calibrateLead(ctx context.Context, nc *nats.Conn, ns string, s spec) (time.Duration, error) {
-	warm, timed := b.o.InFlight, min(s.commands(b.o.TriggersPerCommand), max(2*b.o.InFlight, 50))
+	// Small next to the workload: the calibration's rows, deleted, stay behind as dead tuples.
+	n := s.commands(b.o.TriggersPerCommand)
+	warm, timed := max(1, min(b.o.InFlight, n/20)), max(1, min(2*b.o.InFlight, n/10))
 	cal := spec{triggers: (warm + timed) * b.o.TriggersPerCommand, fires: 1, offset: func(int) time.Duration { return 0 }}
 	cmds, _, err := cal.plan("calib", time.Now().Add(24*time.Hour).Truncate(time.Millisecond), b.o.TriggersPerCommand)
 	if err != nil {
