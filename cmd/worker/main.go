@@ -122,6 +122,9 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 		stop() // a second signal gets the default behaviour: exit now
 	}()
 
+	if err := cli.ServePprof(ctx, log); err != nil {
+		return fmt.Errorf("%s: %w", cli.PprofEnv, err)
+	}
 	shutdownTelemetry, err := telemetry.Setup(ctx, "agate-worker")
 	if err != nil {
 		return err

@@ -1,12 +1,12 @@
-// Package bench runs Agate's benchmark workloads end to end and reports their figures beside
-// those of Quartz and River (see report.go for where those come from). cmd/agatebench is its
-// command line.
+// Package bench runs Agate's benchmark workloads as a user runs Agate, and reports their figures.
+// cmd/agatebench is its command line.
 //
-// One run starts a private PostgreSQL (durability at defaults, as the Quartz and River runs had)
-// and an embedded JetStream, then runs each workload in a fresh database and namespace with N
-// scheduler nodes and W workers, all in this process. Figures are computed from the event log
-// once every expected completion is recorded: lateness = JobCompleted.startedTime −
-// scheduledTime per fire.
+// One run builds the scheduler, worker and nats-server binaries, starts a private PostgreSQL
+// (durability at defaults, pg_stat_statements loaded) and one nats-server process, then runs
+// each workload in a fresh database and namespace with K `scheduler run` and W `worker`
+// processes. The bench is only a producer and a subscriber: it schedules over the public
+// agate.<ns>.api.schedule_job subject and measures from the FIRED and DONE streams (ordered
+// consumers), never from the database; from PostgreSQL it reads only its statistics views.
 package bench
 
 import (
@@ -15,9 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"regexp"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -25,7 +23,7 @@ import (
 
 // Config is one benchmark run.
 type Config struct {
-	// Workloads to run, in order: accept, burst, steady, intake.
+	// Workloads to run, in order: burst, steady, failover, intake.
 	Workloads []string
 	// DatabaseURL names a PostgreSQL server to use instead of starting a private one.
 	DatabaseURL string
@@ -33,32 +31,39 @@ type Config struct {
 	Output         string
 	BurstN         int
 	BurstNodes     []int
-	AcceptNodes    int
 	SteadyRate     int
 	SteadyDuration time.Duration
 	SteadyNodes    []int
+	// Failover: steady at FailoverRate for FailoverDuration on FailoverNodes schedulers, one of
+	// which is killed (SIGKILL) after a third of it.
+	FailoverRate     int
+	FailoverDuration time.Duration
+	FailoverNodes    int
 	// Intake: commands per measurement, node counts, the cmd path's publish window, the api
-	// path's requests in flight, whether River's InsertMany is measured beside, and where CPU
-	// profiles of the scheduler processes go (empty: none) and how long each lasts.
-	IntakeN              int
-	IntakeNodes          []int
-	IntakeWindow         int
-	IntakeInFlight       int
-	IntakeRiver          bool
-	IntakeProfile        string
-	IntakeProfileSeconds int
-	Workers              int
-	Concurrency          int
-	PoolSize             int32
-	LockMode             string
-	Partitions           int
+	// path's requests in flight, whether River's InsertMany is measured beside.
+	IntakeN        int
+	IntakeNodes    []int
+	IntakeWindow   int
+	IntakeInFlight int
+	IntakeRiver    bool
+	// TriggersPerCommand is how many triggers (of one job) each schedule_job carries; InFlight
+	// how many schedule_job requests are in flight while scheduling.
+	TriggersPerCommand int
+	InFlight           int
+	Workers            int
+	Concurrency        int
+	// PoolSize > 0 sets the schedulers' pool_max_conns; 0 keeps the scheduler's default.
+	PoolSize   int32
+	LockMode   string
+	Partitions int
 	// Lead is the time from the start of scheduling to T0; 0 = calibrated.
 	Lead    time.Duration
 	Timeout time.Duration
-	// CPUProfile, when set, is the file a CPU profile of the whole run is written to.
-	CPUProfile    string
-	KeepDatabases bool
-	Analyze       bool
+	// Profile, when set, is the directory CPU profiles of the scheduler and worker processes go
+	// to, ProfileSeconds long from T0 (intake: from each measurement's start).
+	Profile        string
+	ProfileSeconds int
+	KeepDatabases  bool
 	// PGSet are name=value database settings applied to each workload database.
 	PGSet   []string
 	Verbose bool
@@ -66,14 +71,20 @@ type Config struct {
 	CommandLine string
 }
 
+// Workloads lists the workloads in the order Run accepts them.
+var Workloads = []string{"burst", "steady", "failover", "intake"}
+
 // Validate checks a configuration before anything starts.
 func (o Config) Validate() error {
 	for _, w := range o.Workloads {
-		if !slices.Contains([]string{"accept", "burst", "steady", "intake"}, w) {
-			return fmt.Errorf("unknown workload %q: use accept, burst, steady or intake", w)
+		if !slices.Contains(Workloads, w) {
+			return fmt.Errorf("unknown workload %q: use %s", w, strings.Join(Workloads, ", "))
 		}
 		if w == "intake" && (o.IntakeN <= 0 || o.IntakeWindow <= 0 || o.IntakeInFlight <= 0 || len(o.IntakeNodes) == 0) {
 			return errors.New("intake: --intake-n, --intake-window, --intake-in-flight and --intake-nodes must be positive")
+		}
+		if w == "failover" && (o.FailoverNodes < 2 || o.FailoverRate <= 0 || o.FailoverDuration < 3*time.Second) {
+			return errors.New("failover: --failover-nodes must be at least 2 (one is killed), --failover-rate positive and --failover-duration at least 3s")
 		}
 	}
 	for _, kv := range o.PGSet {
@@ -86,39 +97,30 @@ func (o Config) Validate() error {
 		return fmt.Errorf("-o %q: use table or json", o.Output)
 	}
 	if o.BurstN <= 0 || o.SteadyRate <= 0 || o.SteadyDuration < time.Second || o.Workers <= 0 ||
-		o.Concurrency <= 0 || o.AcceptNodes <= 0 || o.PoolSize <= 0 || o.Timeout <= 0 {
+		o.Concurrency <= 0 || o.PoolSize < 0 || o.Timeout <= 0 || o.InFlight <= 0 || o.TriggersPerCommand <= 0 {
 		return errors.New("counts must be positive and --steady-duration at least 1s")
+	}
+	if o.TriggersPerCommand > maxTriggersPerCommand {
+		return fmt.Errorf("--triggers-per-command %d: schedule_job takes at most %d", o.TriggersPerCommand, maxTriggersPerCommand)
+	}
+	if o.Profile != "" && o.ProfileSeconds <= 0 {
+		return errors.New("--profile-seconds must be positive")
 	}
 	return nil
 }
 
+// maxTriggersPerCommand is schedule_job's maxItems for triggers.
+const maxTriggersPerCommand = 100
+
 var settingName = regexp.MustCompile(`^[a-z_][a-z0-9_.]*$`)
 
 // Run runs the configured workloads until they finish or ctx is cancelled, logging progress to
-// logw and writing the results to out.
+// logw and writing the report to out.
 func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	compLevel := slog.LevelWarn
-	if o.Verbose {
-		compLevel = slog.LevelInfo
-	}
-	compLog := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: compLevel}))
-
-	if o.CPUProfile != "" {
-		f, err := os.Create(o.CPUProfile)
-		if err != nil {
-			return fmt.Errorf("creating CPU profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("starting CPU profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
-	}
-
 	inf, err := startInfra(ctx, o.DatabaseURL, log)
 	if err != nil {
 		return err
@@ -126,9 +128,8 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 	inf.keepDBs = o.KeepDatabases
 	defer inf.close(log)
 
-	b := &bench{o: o, inf: inf, log: log, compLog: compLog}
-	var results []Result
-	var intake []IntakeResult
+	b := &bench{o: o, inf: inf, log: log}
+	rep := Report{}
 	for _, w := range o.Workloads {
 		var specs []spec
 		switch w {
@@ -137,9 +138,7 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 			if err != nil {
 				return err
 			}
-			intake = append(intake, r...)
-		case "accept":
-			specs = append(specs, acceptSpec(o.AcceptNodes))
+			rep.Intake = append(rep.Intake, r...)
 		case "burst":
 			for _, n := range o.BurstNodes {
 				specs = append(specs, burstSpec(o.BurstN, n))
@@ -148,6 +147,8 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 			for _, n := range o.SteadyNodes {
 				specs = append(specs, steadySpec(o.SteadyRate, o.SteadyDuration, n))
 			}
+		case "failover":
+			specs = append(specs, failoverSpec(o.FailoverRate, o.FailoverDuration, o.FailoverNodes))
 		}
 		for _, s := range specs {
 			if ctx.Err() != nil {
@@ -157,34 +158,22 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("workload %s (%d nodes): %w", s.name, s.nodes, err)
 			}
-			results = append(results, r)
+			rep.Results = append(rep.Results, r)
 		}
 	}
-	env := describeEnv(inf, o)
+	rep.Env = describeEnv(inf, o)
 	if o.Output == "json" {
-		return writeJSON(out, env, results, intake)
+		return writeJSON(out, rep)
 	}
-	if len(results) > 0 || len(intake) == 0 {
-		writeTable(out, env, results)
-	}
-	if len(intake) > 0 {
-		fmt.Fprintf(out, "## agatebench intake (%s)\n\n`%s` — %s, %d CPUs, %s (fsync=%s, synchronous_commit=%s).\n\n", env.When.Format(time.RFC3339),
-			env.Command, env.GoVersion, env.CPUs, env.PostgreSQL, env.PGSettings["fsync"], env.PGSettings["synchronous_commit"])
-		writeIntakeTable(out, intake)
-	}
+	writeReport(out, rep)
 	return nil
 }
 
 // intake runs the intake workload on each node count, then River's InsertMany.
 func (b *bench) intake(ctx context.Context) ([]IntakeResult, error) {
-	env, err := b.startIntakeEnv(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer env.close()
 	var out []IntakeResult
 	for _, n := range b.o.IntakeNodes {
-		r, err := b.runIntake(ctx, env, n)
+		r, err := b.runIntake(ctx, n)
 		if err != nil {
 			return nil, fmt.Errorf("workload intake (%d nodes): %w", n, err)
 		}

@@ -1,16 +1,22 @@
 package bench
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 func validConfig() Config {
-	return Config{Workloads: []string{"burst"}, Output: "table", BurstN: 10, BurstNodes: []int{1}, AcceptNodes: 2,
-		SteadyRate: 10, SteadyDuration: time.Second, SteadyNodes: []int{1}, Workers: 1, Concurrency: 1, PoolSize: 1,
-		Timeout: time.Second}
+	return Config{Workloads: []string{"burst"}, Output: "table", BurstN: 10, BurstNodes: []int{1},
+		SteadyRate: 10, SteadyDuration: time.Second, SteadyNodes: []int{1}, FailoverRate: 10,
+		FailoverDuration: 3 * time.Second, FailoverNodes: 2, Workers: 1, Concurrency: 1,
+		TriggersPerCommand: 1, InFlight: 1, LockMode: "partitioned", Partitions: 8, Timeout: time.Second}
 }
 
 func TestValidate(t *testing.T) {
@@ -18,12 +24,16 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("valid configuration refused: %v", err)
 	}
 	for name, change := range map[string]func(*Config){
-		"workload":  func(c *Config) { c.Workloads = []string{"soak"} },
-		"output":    func(c *Config) { c.Output = "yaml" },
-		"count":     func(c *Config) { c.BurstN = 0 },
-		"pg-set":    func(c *Config) { c.PGSet = []string{"x; drop database y=1"} },
-		"short run": func(c *Config) { c.SteadyDuration = time.Millisecond },
-		"intake":    func(c *Config) { c.Workloads = []string{"intake"}; c.IntakeN = 0 },
+		"workload":     func(c *Config) { c.Workloads = []string{"accept"} },
+		"output":       func(c *Config) { c.Output = "yaml" },
+		"count":        func(c *Config) { c.BurstN = 0 },
+		"pg-set":       func(c *Config) { c.PGSet = []string{"x; drop database y=1"} },
+		"short run":    func(c *Config) { c.SteadyDuration = time.Millisecond },
+		"intake":       func(c *Config) { c.Workloads = []string{"intake"}; c.IntakeN = 0 },
+		"failover":     func(c *Config) { c.Workloads = []string{"failover"}; c.FailoverNodes = 1 },
+		"per command":  func(c *Config) { c.TriggersPerCommand = 101 },
+		"in flight":    func(c *Config) { c.InFlight = 0 },
+		"profile secs": func(c *Config) { c.Profile = "/tmp/p"; c.ProfileSeconds = 0 },
 	} {
 		c := validConfig()
 		change(&c)
@@ -33,14 +43,16 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// The report names where its baselines come from without pointing at any file outside the
+// A peer's rows are listed beside Agate's in the report, which points at no file outside the
 // repository.
-func TestReportNamesItsBaselines(t *testing.T) {
+func TestReportListsPeers(t *testing.T) {
 	var b strings.Builder
-	writeTable(&b, envInfo{Command: "go run ./cmd/agatebench", PGSettings: map[string]string{}}, nil)
+	writeReport(&b, Report{Env: envInfo{Command: "go run ./cmd/agatebench", PGSettings: map[string]string{}},
+		Results: []Result{{System: "agate", Workload: "burst", Nodes: 2, CPU: map[string]float64{"postgres": 1}}},
+		Peers:   []Result{{System: "quartz", Workload: "burst", Nodes: 2}}})
 	out := b.String()
-	if !strings.Contains(out, "Quartz 2.3.2") || !strings.Contains(out, "River v0.51.1") {
-		t.Errorf("the report does not name its baselines:\n%s", out)
+	if !strings.Contains(out, "| quartz | burst |") || !strings.Contains(out, "| agate | burst |") {
+		t.Errorf("the report does not list both systems:\n%s", out)
 	}
 	for _, bad := range []string{"/work/", "../shared", "RESULTS.md"} {
 		if strings.Contains(out, bad) {
@@ -49,7 +61,7 @@ func TestReportNamesItsBaselines(t *testing.T) {
 	}
 }
 
-// The intake workload's CPU split reads /proc: this process has used some CPU by now.
+// The CPU split reads /proc: this process has used some CPU by now.
 func TestProcCPU(t *testing.T) {
 	for range 1_000_000 {
 		_ = strings.Repeat("x", 8)
@@ -57,4 +69,44 @@ func TestProcCPU(t *testing.T) {
 	if got := cpuSeconds(map[string][]int{"bench": {os.Getpid()}})["bench"]; got <= 0 {
 		t.Errorf("CPU seconds of this process: %v", got)
 	}
+}
+
+// TestBurstBlackBox runs the burst workload as agatebench does (built binaries, nats-server,
+// two scheduler and two worker processes, commands on the api subject, figures from the FIRED
+// and DONE streams) at N=1000 and checks what must hold whatever the machine's speed: every
+// fire completed once, none doubled.
+func TestBurstBlackBox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries and runs processes")
+	}
+	c := validConfig()
+	c.DatabaseURL = testenv.Database(t)
+	c.Output = "json"
+	c.BurstN, c.BurstNodes = 1000, []int{2}
+	c.Workers, c.Concurrency, c.InFlight = 2, 200, 64
+	c.Timeout = 30 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var out, logs bytes.Buffer
+	start := time.Now()
+	if err := Run(ctx, c, &out, &logs); err != nil {
+		t.Fatalf("bench run: %v\n%s", err, logs.String())
+	}
+	var rep Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("the JSON report does not decode: %v\n%s", err, out.String())
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d results, want 1:\n%s", len(rep.Results), out.String())
+	}
+	r := rep.Results[0]
+	if r.TimedOut || r.Duplicates != 0 || r.Missing != 0 || r.Completed != 1000 || r.Fired != 1000 || r.Unexpected != 0 {
+		t.Errorf("burst of 1000 on 2 nodes: timed out %v, completed %d, fired %d, duplicates %d, missing %d, unexpected %d\n%s",
+			r.TimedOut, r.Completed, r.Fired, r.Duplicates, r.Missing, r.Unexpected, logs.String())
+	}
+	if len(r.PerNode) == 0 || r.CPU["scheduler n1"] <= 0 && r.CPU["scheduler n2"] <= 0 {
+		t.Errorf("no fires per node (%v) or no scheduler CPU (%v)", r.PerNode, r.CPU)
+	}
+	t.Logf("burst of 1000 measured in %s: %.0f fires/s, fire lateness p99 %.1f ms, per node %v",
+		time.Since(start).Round(time.Millisecond), r.FiresPerSec, r.FireLate.P99Ms, r.PerNode)
 }

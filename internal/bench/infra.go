@@ -5,79 +5,127 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/agatesched/agate/internal/chaos"
 	"github.com/agatesched/agate/internal/devenv/localpg"
-	"github.com/agatesched/agate/internal/devenv/natsembed"
 )
 
-// infra is the PostgreSQL server and the JetStream server every workload shares.
+// infra is what every workload shares, as a user would run it: the PostgreSQL server, the built
+// scheduler, worker and nats-server binaries, one nats-server process, and the directory of the
+// processes' logs.
 type infra struct {
 	pg       *localpg.Cluster // nil with --database-url
 	baseURL  string           // a URL to any database on the server
-	nats     *natsembed.Server
 	pgInfo   string
 	dbs      []string // databases created, dropped at the end
 	keepDBs  bool
 	fsyncOn  bool
 	settings map[string]string
+	// statements: pg_stat_statements is loaded on the server (the private one preloads it).
+	statements bool
+
+	dir     string // logs, binaries, JetStream store
+	bin     string
+	natsURL string
+	nats    *proc
 }
 
 func startInfra(ctx context.Context, databaseURL string, log *slog.Logger) (*infra, error) {
 	inf := &infra{baseURL: databaseURL}
+	dir, err := os.MkdirTemp("", "agatebench-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the bench's temporary directory: %w", err)
+	}
+	inf.dir, inf.bin = dir, filepath.Join(dir, "bin")
 	if databaseURL == "" {
-		log.Info("starting a private PostgreSQL (fsync on)")
-		pg, err := localpg.Start(ctx, localpg.Config{Fsync: true, Logger: log.With("component", "localpg")})
+		log.Info("starting a private PostgreSQL (fsync on, pg_stat_statements preloaded)")
+		pg, err := localpg.Start(ctx, localpg.Config{Fsync: true, Preload: []string{"pg_stat_statements"},
+			Logger: log.With("component", "localpg")})
 		if err != nil {
 			return nil, fmt.Errorf("starting PostgreSQL: %w", err)
 		}
 		inf.pg = pg
 		inf.baseURL = pg.URL("postgres")
 	}
-	ns, err := natsembed.Start(natsembed.Config{})
-	if err != nil {
+	if err := chaos.BuildBinaries(ctx, inf.bin, log); err != nil {
 		inf.close(log)
-		return nil, fmt.Errorf("starting embedded NATS: %w", err)
+		return nil, fmt.Errorf("building the scheduler, worker and nats-server binaries: %w", err)
 	}
-	inf.nats = ns
-	log.Info("embedded NATS JetStream ready", "url", ns.URL(), "store", ns.StoreDir())
+	if err := inf.startNATS(ctx); err != nil {
+		inf.close(log)
+		return nil, err
+	}
+	log.Info("nats-server running", "url", inf.natsURL, "logs", dir)
+	if err := inf.readServer(ctx, log); err != nil {
+		inf.close(log)
+		return nil, err
+	}
+	return inf, nil
+}
 
+// startNATS starts nats-server with JetStream (file store in the bench's directory) on a free port.
+func (inf *infra) startNATS(ctx context.Context) error {
+	port, err := chaos.FreePort()
+	if err != nil {
+		return fmt.Errorf("finding a port for nats-server: %w", err)
+	}
+	inf.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	logPath := filepath.Join(inf.dir, "nats-server.log")
+	inf.nats, err = startProc(filepath.Join(inf.bin, "nats-server"), logPath, nil,
+		"-js", "-sd", filepath.Join(inf.dir, "jetstream"), "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	if err != nil {
+		return err
+	}
+	if err := chaos.WaitTCP(ctx, fmt.Sprintf("127.0.0.1:%d", port), 20*time.Second); err != nil {
+		return fmt.Errorf("nats-server: %w (log %s)", err, logPath)
+	}
+	return nil
+}
+
+func (inf *infra) readServer(ctx context.Context, log *slog.Logger) error {
 	conn, err := pgx.Connect(ctx, inf.baseURL)
 	if err != nil {
-		inf.close(log)
-		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+		return fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := conn.QueryRow(ctx, `select version()`).Scan(&inf.pgInfo); err != nil {
-		inf.close(log)
-		return nil, fmt.Errorf("reading server version: %w", err)
+		return fmt.Errorf("reading server version: %w", err)
 	}
 	inf.settings = map[string]string{}
 	rows, err := conn.Query(ctx, `select name, setting from pg_settings
-		where name in ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'max_connections', 'wal_sync_method')`)
+		where name in ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'max_connections',
+		'wal_sync_method', 'shared_preload_libraries')`)
 	if err != nil {
-		inf.close(log)
-		return nil, fmt.Errorf("reading server settings: %w", err)
+		return fmt.Errorf("reading server settings: %w", err)
 	}
 	for rows.Next() {
 		var k, v string
 		if err := rows.Scan(&k, &v); err != nil {
 			rows.Close()
-			inf.close(log)
-			return nil, fmt.Errorf("reading server settings: %w", err)
+			return fmt.Errorf("reading server settings: %w", err)
 		}
 		inf.settings[k] = v
 	}
 	rows.Close()
 	inf.fsyncOn = inf.settings["fsync"] == "on" && inf.settings["synchronous_commit"] == "on"
 	if !inf.fsyncOn {
-		log.Warn("PostgreSQL runs without full durability; figures are not comparable with the anchors",
+		log.Warn("PostgreSQL runs without full durability; figures are not those of a production setup",
 			"fsync", inf.settings["fsync"], "synchronous_commit", inf.settings["synchronous_commit"])
 	}
-	return inf, nil
+	inf.statements = strings.Contains(inf.settings["shared_preload_libraries"], "pg_stat_statements")
+	if !inf.statements {
+		log.Warn("pg_stat_statements is not in the server's shared_preload_libraries: the report has no top statements")
+	}
+	return nil
 }
 
 // dbURL returns the URL of database name on the server.
@@ -90,7 +138,8 @@ func (inf *infra) dbURL(name string) (string, error) {
 	return u.String(), nil
 }
 
-// createDB creates a fresh database for one workload and returns its URL.
+// createDB creates a fresh database for one workload (with pg_stat_statements when the server
+// loads it) and returns its URL.
 func (inf *infra) createDB(ctx context.Context, name string, settings []string) (string, error) {
 	conn, err := pgx.Connect(ctx, inf.baseURL)
 	if err != nil {
@@ -113,13 +162,30 @@ func (inf *infra) createDB(ctx context.Context, name string, settings []string) 
 			return "", fmt.Errorf("setting %s on database %s: %w", k, name, err)
 		}
 	}
-	return inf.dbURL(name)
+	u, err := inf.dbURL(name)
+	if err != nil {
+		return "", err
+	}
+	if inf.statements {
+		db, err := pgx.Connect(ctx, u)
+		if err != nil {
+			return "", fmt.Errorf("connecting to %s: %w", name, err)
+		}
+		defer db.Close(context.WithoutCancel(ctx))
+		if _, err := db.Exec(ctx, "create extension if not exists pg_stat_statements"); err != nil {
+			return "", fmt.Errorf("creating extension pg_stat_statements in %s (Debian: package postgresql-contrib or postgresql-15): %w", name, err)
+		}
+	}
+	return u, nil
 }
 
-// close drops the workload databases (unless kept) and stops NATS and PostgreSQL.
+// close stops nats-server, drops the workload databases (unless kept) and stops PostgreSQL.
 func (inf *infra) close(log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if inf.nats != nil {
+		inf.nats.stop()
+	}
 	if len(inf.dbs) > 0 && !inf.keepDBs && inf.pg == nil {
 		// A private cluster goes away as a whole; only a shared server needs its databases dropped.
 		if conn, err := pgx.Connect(ctx, inf.baseURL); err != nil {
@@ -133,16 +199,60 @@ func (inf *infra) close(log *slog.Logger) {
 			_ = conn.Close(ctx)
 		}
 	}
-	if inf.nats != nil {
-		inf.nats.Shutdown()
-		log.Info("embedded NATS stopped")
-	}
 	if inf.pg != nil {
 		if err := inf.pg.Stop(ctx); err != nil {
 			log.Warn("stopping PostgreSQL failed", "error", err)
 		} else {
 			log.Info("private PostgreSQL stopped and its data directory removed")
 		}
+	}
+	if inf.dir != "" {
+		_ = os.RemoveAll(filepath.Join(inf.dir, "jetstream"))
+		_ = os.RemoveAll(inf.bin)
+		log.Info("process logs kept", "dir", inf.dir)
+	}
+}
+
+// proc is one process the bench started, in its own process group.
+type proc struct {
+	name string // n1, w2, nats-server
+	cmd  *exec.Cmd
+	done chan struct{} // closed once it exited and was reaped
+}
+
+// startProc starts a process in its own process group, killed if the bench dies, its output
+// appended to logPath.
+func startProc(bin, logPath string, extraEnv []string, args ...string) (*proc, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening log %s: %w", logPath, err)
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), extraEnv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(bin), err)
+	}
+	return &proc{name: filepath.Base(bin), cmd: cmd, done: make(chan struct{})}, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// kill sends SIGKILL without reaping: the zombie keeps its CPU times readable in /proc until
+// stop, and its CPU is not added to the bench's own (reaped children's) time meanwhile.
+func (p *proc) kill() error { return p.cmd.Process.Signal(syscall.SIGKILL) }
+
+// stop sends SIGTERM, and SIGKILL to the group after 20 s, and waits for the process to exit.
+func (p *proc) stop() {
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+		<-p.done
 	}
 }
 

@@ -12,19 +12,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agatesched/agate/internal/chaos"
-	"github.com/agatesched/agate/internal/cli"
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/events"
 )
@@ -45,87 +42,14 @@ type IntakeResult struct {
 	// CPU is the CPU seconds each kind of process used during the measurement: postgres (the
 	// private server's processes), nats-server, scheduler (all nodes) and bench (the producer).
 	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
-	// Profiles are the CPU profiles of the scheduler processes taken during it (--intake-profile).
+	// Profiles are the CPU profiles of the scheduler processes taken during it (--profile).
 	Profiles []string `json:"profiles,omitempty"`
-}
-
-// intakeEnv is what the intake workloads share: the binaries, nats-server and the directory of
-// logs and profiles.
-type intakeEnv struct {
-	dir     string
-	bin     string
-	natsURL string
-	nats    *exec.Cmd
-}
-
-func (b *bench) startIntakeEnv(ctx context.Context) (*intakeEnv, error) {
-	dir, err := os.MkdirTemp("", "agatebench-intake-")
-	if err != nil {
-		return nil, err
-	}
-	env := &intakeEnv{dir: dir, bin: filepath.Join(dir, "bin")}
-	if err := chaos.BuildBinaries(ctx, env.bin, b.log); err != nil {
-		return nil, err
-	}
-	port, err := chaos.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	env.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
-	env.nats, err = startProc(filepath.Join(env.bin, "nats-server"), filepath.Join(dir, "nats-server.log"), nil,
-		"-js", "-sd", filepath.Join(dir, "jetstream"), "-a", "127.0.0.1", "-p", strconv.Itoa(port))
-	if err != nil {
-		return nil, err
-	}
-	if err := chaos.WaitTCP(ctx, fmt.Sprintf("127.0.0.1:%d", port), 20*time.Second); err != nil {
-		env.close()
-		return nil, fmt.Errorf("nats-server: %w (log %s)", err, filepath.Join(dir, "nats-server.log"))
-	}
-	b.log.Info("intake: binaries built, nats-server running", "dir", dir, "url", env.natsURL)
-	return env, nil
-}
-
-func (env *intakeEnv) close() {
-	if env.nats != nil {
-		stopProc(env.nats)
-	}
-}
-
-// startProc starts a process in its own process group, killed if the bench dies, its output
-// appended to logPath.
-func startProc(bin, logPath string, extraEnv []string, args ...string) (*exec.Cmd, error) {
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), extraEnv...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", filepath.Base(bin), err)
-	}
-	return cmd, nil
-}
-
-// stopProc sends SIGTERM, and SIGKILL after 20 s, and waits for the process to exit.
-func stopProc(cmd *exec.Cmd) {
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
 }
 
 // runIntake measures command intake on nodes scheduler processes: the durable cmd path with
 // asynchronous publishing, then the api path with requests in flight, each with a fresh set of
 // jobs (one schedule_job with one one-shot trigger due in a day, so that nothing fires).
-func (b *bench) runIntake(ctx context.Context, env *intakeEnv, nodes int) ([]IntakeResult, error) {
+func (b *bench) runIntake(ctx context.Context, nodes int) ([]IntakeResult, error) {
 	b.seq++
 	dbName := fmt.Sprintf("agatebench_%d_intake_%dn", b.seq, nodes)
 	ns := fmt.Sprintf("intake-%dn-%d-%d", nodes, b.seq, time.Now().Unix()%100000)
@@ -134,36 +58,15 @@ func (b *bench) runIntake(ctx context.Context, env *intakeEnv, nodes int) ([]Int
 	if err != nil {
 		return nil, err
 	}
-	if out, err := exec.CommandContext(ctx, filepath.Join(env.bin, "scheduler"), "migrate", "--database-url", dbURL).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("scheduler migrate: %w\n%s", err, out)
+	if err := b.migrate(ctx, dbURL); err != nil {
+		return nil, err
 	}
-	var procs []*exec.Cmd
-	var pprofAddrs []string
-	defer func() {
-		for _, p := range procs {
-			stopProc(p)
-		}
-	}()
-	for i := range nodes {
-		id := fmt.Sprintf("n%d", i+1)
-		var extra []string
-		if b.o.IntakeProfile != "" {
-			port, err := chaos.FreePort()
-			if err != nil {
-				return nil, err
-			}
-			addr := fmt.Sprintf("127.0.0.1:%d", port)
-			extra, pprofAddrs = append(extra, cli.PprofEnv+"="+addr), append(pprofAddrs, addr)
-		}
-		p, err := startProc(filepath.Join(env.bin, "scheduler"), filepath.Join(env.dir, ns+"-"+id+".log"), extra,
-			"run", "--database-url", dbURL, "--nats-url", env.natsURL, "--namespace", ns, "--instance-id", id,
-			"--log-level", "warn", "--lock-mode", b.o.LockMode, "--partitions", strconv.Itoa(b.o.Partitions))
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, p)
+	cl := &cluster{ns: ns}
+	defer cl.stop()
+	if err := b.startSchedulers(cl, dbURL, nodes); err != nil {
+		return nil, err
 	}
-	nc, err := nats.Connect(env.natsURL, nats.Name("agatebench-producer"))
+	nc, err := nats.Connect(b.inf.natsURL, nats.Name("agatebench-producer"))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to NATS: %w", err)
 	}
@@ -174,23 +77,18 @@ func (b *bench) runIntake(ctx context.Context, env *intakeEnv, nodes int) ([]Int
 	if err != nil {
 		return nil, err
 	}
+	defer deleteStreams(js, ns, log)
 	if err := waitNodes(ctx, nc, dbURL, ns, nodes); err != nil {
-		return nil, fmt.Errorf("%w (logs in %s)", err, env.dir)
+		return nil, fmt.Errorf("%w (logs in %s)", err, b.inf.dir)
 	}
-	log.Info("intake: scheduler processes running", "logs", env.dir)
+	log.Info("intake: scheduler processes running", "logs", b.inf.dir)
 
-	pids := map[string][]int{"scheduler": nil, "nats-server": {env.nats.Process.Pid}, "bench": {os.Getpid()}}
-	for _, p := range procs {
-		pids["scheduler"] = append(pids["scheduler"], p.Process.Pid)
-	}
-	if b.inf.pg != nil {
-		pids["postgres"] = postmasterPIDs(b.inf.pg.DataDir())
-	}
+	pids := b.pids(cl)
 	var results []IntakeResult
 	for _, path := range []string{"cmd", "api"} {
 		n := b.o.IntakeN
 		before := cpuSeconds(pids)
-		profiles := b.profile(ctx, pprofAddrs, env.dir, fmt.Sprintf("%s-%s", ns, path))
+		profiles := b.profile(ctx, cl.pprof, fmt.Sprintf("%s-%s", ns, path))
 		start := time.Now()
 		var rejected int
 		var appliedAt time.Time
@@ -204,7 +102,7 @@ func (b *bench) runIntake(ctx context.Context, env *intakeEnv, nodes int) ([]Int
 		}
 		took := time.Since(start)
 		if err != nil {
-			return nil, fmt.Errorf("intake %s: %w (logs in %s)", path, err, env.dir)
+			return nil, fmt.Errorf("intake %s: %w (logs in %s)", path, err, b.inf.dir)
 		}
 		after := cpuSeconds(pids)
 		r := IntakeResult{Path: path, Nodes: nodes, Commands: n, InFlight: window, Seconds: round1(took.Seconds()*1000) / 1000,
@@ -215,9 +113,9 @@ func (b *bench) runIntake(ctx context.Context, env *intakeEnv, nodes int) ([]Int
 		if !appliedAt.IsZero() {
 			r.AppliedPerSec = float64(n) / appliedAt.Sub(start).Seconds()
 		}
-		for k := range pids {
-			r.CPU[k] = round1(after[k] - before[k])
-		}
+		r.CPU = cpuDelta(before, after)
+		// The intake table has one column for all the schedulers.
+		r.CPU["scheduler"] = round1(sumPrefix(r.CPU, "scheduler "))
 		log.Info("intake: measured", "path", path, "commands", n, "took", took.Round(time.Millisecond),
 			"per_s", int(r.PerSec), "applied_per_s", int(r.AppliedPerSec), "cpu_s", r.CPU)
 		results = append(results, r)
@@ -261,34 +159,6 @@ func watchApplied(ctx context.Context, js jetstream.JetStream, ns string, last f
 		cancel()
 		<-done
 		return at
-	}
-}
-
-// waitNodes waits until nodes scheduler processes have joined the cluster and one answers on
-// the api subject.
-func waitNodes(ctx context.Context, nc *nats.Conn, dbURL, ns string, nodes int) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	for {
-		var joined int
-		err := conn.QueryRow(ctx, `select count(*) from scheduler_state where sched_name = $1`, ns).Scan(&joined)
-		if err == nil && joined >= nodes {
-			msg, rerr := nc.RequestWithContext(ctx, events.Subjects(ns).API("ping"), []byte(`{"id":"ping"}`))
-			if rerr == nil && len(msg.Data) > 0 {
-				return nil
-			}
-			err = rerr
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d scheduler processes not ready after 60s: %v", nodes, err)
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 }
 
@@ -487,21 +357,21 @@ func postmasterPIDs(dataDir string) []int {
 	return []int{pid}
 }
 
-// profile starts a CPU profile of each scheduler process (through its pprof listener) for the
-// measurement about to start; the returned function stops waiting and lists the files written.
-// Profiles last --intake-profile-seconds.
-func (b *bench) profile(ctx context.Context, addrs []string, dir, name string) func() []string {
-	if len(addrs) == 0 {
+// profile starts a CPU profile of each process (through its pprof listener) for the
+// measurement about to start; the returned function waits for them and lists the files written.
+// Profiles last --profile-seconds.
+func (b *bench) profile(ctx context.Context, targets []pprofTarget, name string) func() []string {
+	if len(targets) == 0 {
 		return func() []string { return nil }
 	}
 	var wg sync.WaitGroup
-	files := make([]string, len(addrs))
-	for i, addr := range addrs {
-		path := filepath.Join(b.o.IntakeProfile, fmt.Sprintf("%s-n%d.pprof", name, i+1))
+	files := make([]string, len(targets))
+	for i, t := range targets {
+		path := filepath.Join(b.o.Profile, fmt.Sprintf("%s-%s.pprof", name, t.name))
 		wg.Go(func() {
-			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, b.o.IntakeProfileSeconds)
+			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.addr, b.o.ProfileSeconds)
 			if err := fetchTo(ctx, url, path); err != nil {
-				b.log.Warn("intake: CPU profile failed", "node", i+1, "error", err)
+				b.log.Warn("CPU profile failed", "process", t.name, "error", err)
 				return
 			}
 			files[i] = path
@@ -509,7 +379,7 @@ func (b *bench) profile(ctx context.Context, addrs []string, dir, name string) f
 	}
 	return func() []string {
 		wg.Wait()
-		return files
+		return slices.DeleteFunc(files, func(f string) bool { return f == "" })
 	}
 }
 

@@ -3,10 +3,9 @@ package bench
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
-// TestMain fails the package when its tests leave goroutines running.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LeakOptions()...) }
+// TestMain stops the shared PostgreSQL after the tests and fails the package when they leave
+// goroutines running.
+func TestMain(m *testing.M) { testenv.Main(m) }

@@ -8,67 +8,87 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/agatesched/agate/internal/events"
+	"github.com/jackc/pgx/v5"
 )
 
-// Result is one workload run's figures.
+// Result is one workload run's figures. A peer's run (Quartz, River) is a Result too, with its
+// System, so that one report lists them side by side.
 type Result struct {
-	Workload    string `json:"workload"`
-	Param       string `json:"param"`
-	Nodes       int    `json:"nodes"`
-	Workers     int    `json:"workers"`
-	Concurrency int    `json:"concurrency"`
-	Expected    int    `json:"expected"`
+	System             string `json:"system"` // agate, or the peer's name
+	Workload           string `json:"workload"`
+	Param              string `json:"param"`
+	Nodes              int    `json:"nodes"`
+	Workers            int    `json:"workers"`
+	Concurrency        int    `json:"concurrency"`
+	TriggersPerCommand int    `json:"triggersPerCommand"`
+	Expected           int    `json:"expected"`
 	// Demand is the fires/s a steady schedule asks for (0 otherwise).
 	Demand float64 `json:"demandPerSec,omitempty"`
-	// Completions is the number of JobCompleted events; Completed the distinct expected fires among them.
+	// Fired is the distinct fireIds seen on the FIRED stream; Completions the JobCompleted seen
+	// on DONE; Completed the expected (trigger, scheduled time) among them; Failed the JobFailed.
+	Fired       int `json:"fired"`
 	Completions int `json:"completions"`
 	Completed   int `json:"completed"`
-	// Fired is the number of JobFired events.
-	Fired int `json:"fired"`
-	// FiresPerSec: burst = completions / (last start − T0); others = completions / (last start − first start).
+	Failed      int `json:"failed"`
+	// FiresPerSec: burst = fires / (last firedTime − T0); others = fires / (last − first firedTime).
 	FiresPerSec float64 `json:"firesPerSec"`
-	// E2EPerSec = completions / (all completions seen in the log − T0), River's jobs/s.
+	// E2EPerSec = expected fires / (every completion seen by the bench − T0).
 	E2EPerSec float64 `json:"e2ePerSec"`
-	LateP50Ms float64 `json:"latenessP50Ms"`
-	LateP99Ms float64 `json:"latenessP99Ms"`
-	LateMaxMs float64 `json:"latenessMaxMs"`
-	// FireLag* = JobFired.firedTime − scheduledTime (the scheduler's part); Dispatch* =
-	// startedTime − firedTime (publish, JetStream, worker fetch: the bus's part).
-	FireLagP50Ms           float64 `json:"fireLagP50Ms"`
-	FireLagP99Ms           float64 `json:"fireLagP99Ms"`
-	DispatchP50Ms          float64 `json:"dispatchP50Ms"`
-	DispatchP99Ms          float64 `json:"dispatchP99Ms"`
-	LastFiredAfterT0Sec    float64 `json:"lastFiredAfterT0Sec"`
-	FirstStartAfterT0Sec   float64 `json:"firstStartAfterT0Sec"`
-	LastStartAfterT0Sec    float64 `json:"lastStartAfterT0Sec"`
-	AllCompletedAfterT0Sec float64 `json:"allCompletedAfterT0Sec"`
-	// Duplicates: extra JobFired (or JobCompleted) events for one (trigger, scheduled time).
-	Duplicates int `json:"duplicates"`
+	// FireLate = firedTime − scheduledTime; StartLate = startedTime − scheduledTime; E2ELate =
+	// the moment the bench saw the completion − scheduledTime.
+	FireLate  Lateness `json:"fireLateness"`
+	StartLate Lateness `json:"startLateness"`
+	E2ELate   Lateness `json:"e2eLateness"`
+	// Duplicates = DuplicateFires ((trigger, scheduled time) with more than one fireId) +
+	// DuplicateCompletions (more than one JobCompleted for one fireId).
+	Duplicates           int `json:"duplicates"`
+	DuplicateFires       int `json:"duplicateFires"`
+	DuplicateCompletions int `json:"duplicateCompletions"`
 	// Missing: expected (trigger, scheduled time) with no JobCompleted.
 	Missing int `json:"missing"`
-	// Unexpected: completions for a (trigger, scheduled time) that was not planned.
-	Unexpected           int            `json:"unexpected"`
-	PerNode              map[string]int `json:"firedPerNode"`
-	CommitsPerFire       float64        `json:"commitsPerFire"`
-	SchedulingSec        float64        `json:"schedulingSec"`
-	ScheduledBeforeT0Sec float64        `json:"scheduledBeforeT0Sec"`
-	TimedOut             bool           `json:"timedOut"`
-	// Windows: lateness per window of scheduled time (steady; a third of the run), to see a growing backlog.
+	// Unexpected: fires of a (trigger, scheduled time) that was not planned.
+	Unexpected  int            `json:"unexpected"`
+	Undecodable int            `json:"undecodable,omitempty"`
+	PerNode     map[string]int `json:"firedPerNode"`
+	// CommitsPerFire and WritesPerFire: pg_stat_database xact_commit and tup_inserted +
+	// tup_updated + tup_deleted over the measured interval, divided by fires.
+	CommitsPerFire float64     `json:"commitsPerFire"`
+	WritesPerFire  float64     `json:"writesPerFire"`
+	Statements     []Statement `json:"topStatements,omitempty"`
+	// CPU is the CPU seconds each process used over the measured interval (MeasuredSec long).
+	CPU                    map[string]float64 `json:"cpuSeconds"`
+	MeasuredSec            float64            `json:"measuredSec"`
+	LeadSec                float64            `json:"leadSec"`
+	SchedulingSec          float64            `json:"schedulingSec"`
+	ScheduledBeforeT0Sec   float64            `json:"scheduledBeforeT0Sec"`
+	FirstFiredAfterT0Sec   float64            `json:"firstFiredAfterT0Sec"`
+	LastFiredAfterT0Sec    float64            `json:"lastFiredAfterT0Sec"`
+	AllCompletedAfterT0Sec float64            `json:"allCompletedAfterT0Sec"`
+	TimedOut               bool               `json:"timedOut"`
+	// Windows: start lateness per window of scheduled time (a third of the run), to see a
+	// growing backlog.
 	Windows   []Window `json:"windows,omitempty"`
 	WindowSec int      `json:"windowSec,omitempty"`
-	// BacklogGrows: the last window's p99 lateness is more than twice the first's and above
-	// 100 ms, or fewer than 90 % of the demanded fires/s got through.
-	BacklogGrows bool `json:"backlogGrows"`
-
-	Quartz *Comparison `json:"quartz,omitempty"`
-	River  *Comparison `json:"river,omitempty"`
-	Target *Comparison `json:"designTarget,omitempty"`
+	// BacklogGrows: the last window's p99 is more than twice the first's and above 100 ms, or
+	// fewer than 90 % of the demanded fires/s got through.
+	BacklogGrows bool      `json:"backlogGrows"`
+	Failover     *Failover `json:"failover,omitempty"`
+	// AnalyzedBeforeT0 and AnalyzedDuring are the tables autovacuum analyzed while the bench
+	// scheduled (and waited for T0) and during the measured interval: the bench never runs
+	// ANALYZE, so plans before that are made on the statistics of empty tables.
+	AnalyzedBeforeT0 []string `json:"autoanalyzedBeforeT0"`
+	AnalyzedDuring   []string `json:"autoanalyzedDuring"`
+	Profiles         []string `json:"profiles,omitempty"`
 }
 
-// Window is the lateness of the fires scheduled in one 10 s window.
+// Lateness is a distribution in milliseconds.
+type Lateness struct {
+	P50Ms float64 `json:"p50Ms"`
+	P99Ms float64 `json:"p99Ms"`
+	MaxMs float64 `json:"maxMs"`
+}
+
+// Window is the start lateness of the fires scheduled in one window.
 type Window struct {
 	FromSec int     `json:"fromSec"`
 	Fires   int     `json:"fires"`
@@ -76,183 +96,167 @@ type Window struct {
 	P99Ms   float64 `json:"p99Ms"`
 }
 
-// completion is one JobCompleted event as the measurement needs it.
-type completion struct {
-	key       string
-	fireID    string
-	scheduled time.Time
-	started   time.Time
-	finished  time.Time
+// Failover is what killing one scheduler did: GapMs is the worst fire lateness of the fires
+// due after the kill, i.e. how long the killed node's triggers waited to be recovered.
+type Failover struct {
+	Node                  string  `json:"node"`
+	KilledAfterT0Sec      float64 `json:"killedAfterT0Sec"`
+	GapMs                 float64 `json:"gapMs"`
+	RecoveredAfterKillSec float64 `json:"recoveredAfterKillSec"`
+	LateOverOneSec        int     `json:"firesLateOverOneSec"`
+	FiredByKilledBefore   int     `json:"firedByKilledBeforeKill"`
+	FiredByKilledAfter    int     `json:"firedByKilledDueAfterKill"`
 }
 
-// measure reads the log of namespace ns and computes the figures against the expected fires.
-func measure(ctx context.Context, pool *pgxpool.Pool, ns string, s spec, t0 time.Time,
-	expected map[string]time.Time) (Result, error) {
-	r := Result{Workload: s.name, Param: s.param, Nodes: s.nodes, Expected: len(expected), PerNode: map[string]int{}}
+// Statement is one line of pg_stat_statements over the measured interval.
+type Statement struct {
+	Query        string  `json:"query"`
+	Calls        int64   `json:"calls"`
+	TotalMs      float64 `json:"totalMs"`
+	Rows         int64   `json:"rows"`
+	CallsPerFire float64 `json:"callsPerFire"`
+}
 
-	rows, err := pool.Query(ctx, `
-		select data->>'fireId', data->'trigger'->>'group', data->'trigger'->>'name', (data->>'scheduledTime')::timestamptz,
-		       (data->>'startedTime')::timestamptz, (data->>'finishedTime')::timestamptz
-		from events where sched_name = $1 and type = $2`, ns, events.TypeJobCompleted)
+// topStatementsN is how many statements the report lists per workload.
+const topStatementsN = 8
+
+// dbStats are the workload database's pg_stat_database counters at one moment.
+type dbStats struct {
+	at      time.Time
+	commits int64
+	writes  int64
+}
+
+func readDBStats(ctx context.Context, conn *pgx.Conn) (dbStats, error) {
+	s := dbStats{at: time.Now()}
+	err := conn.QueryRow(ctx, `select xact_commit, tup_inserted + tup_updated + tup_deleted
+		from pg_stat_database where datname = current_database()`).Scan(&s.commits, &s.writes)
 	if err != nil {
-		return r, fmt.Errorf("reading completions: %w", err)
+		return s, fmt.Errorf("reading pg_stat_database: %w", err)
 	}
-	var comps []completion
+	return s, nil
+}
+
+// analyzeCounts is how many times autovacuum analyzed each table of the workload database.
+func analyzeCounts(ctx context.Context, conn *pgx.Conn) (map[string]int64, error) {
+	rows, err := conn.Query(ctx, `select relname, autoanalyze_count + analyze_count from pg_stat_user_tables`)
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_user_tables: %w", err)
+	}
+	out := map[string]int64{}
 	for rows.Next() {
-		var g, n string
-		var c completion
-		if err := rows.Scan(&c.fireID, &g, &n, &c.scheduled, &c.started, &c.finished); err != nil {
-			rows.Close()
-			return r, fmt.Errorf("reading completions: %w", err)
+		var t string
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
+			return nil, fmt.Errorf("reading pg_stat_user_tables: %w", err)
 		}
-		c.key = fireKey(g, n, c.scheduled)
-		comps = append(comps, c)
+		out[t] = n
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return r, fmt.Errorf("reading completions: %w", err)
-	}
-
-	// Duplicates among fires: the same (trigger, scheduled time) fired more than once.
-	var firedDup int
-	err = pool.QueryRow(ctx, `
-		select coalesce(sum(n - 1), 0), coalesce(sum(n), 0) from (
-			select count(*) as n from events where sched_name = $1 and type = $2
-			group by data->'trigger'->>'group', data->'trigger'->>'name', (data->>'scheduledTime')::timestamptz) f`,
-		ns, events.TypeJobFired).Scan(&firedDup, &r.Fired)
-	if err != nil {
-		return r, fmt.Errorf("counting duplicate fires: %w", err)
-	}
-	firedAt := map[string]time.Time{}
-	frows, err := pool.Query(ctx, `select data->>'fireId', (data->>'firedTime')::timestamptz
-		from events where sched_name = $1 and type = $2`, ns, events.TypeJobFired)
-	if err != nil {
-		return r, fmt.Errorf("reading fires: %w", err)
-	}
-	for frows.Next() {
-		var id string
-		var at time.Time
-		if err := frows.Scan(&id, &at); err != nil {
-			frows.Close()
-			return r, fmt.Errorf("reading fires: %w", err)
-		}
-		firedAt[id] = at
-	}
-	frows.Close()
-	if err := frows.Err(); err != nil {
-		return r, fmt.Errorf("reading fires: %w", err)
-	}
-	nodeRows, err := pool.Query(ctx, `select source, count(*) from events where sched_name = $1 and type = $2 group by 1`,
-		ns, events.TypeJobFired)
-	if err != nil {
-		return r, fmt.Errorf("counting fires per node: %w", err)
-	}
-	for nodeRows.Next() {
-		var src string
-		var n int
-		if err := nodeRows.Scan(&src, &n); err != nil {
-			nodeRows.Close()
-			return r, fmt.Errorf("counting fires per node: %w", err)
-		}
-		r.PerNode[src[strings.LastIndexByte(src, '/')+1:]] = n
-	}
-	nodeRows.Close()
-	if err := nodeRows.Err(); err != nil {
-		return r, fmt.Errorf("counting fires per node: %w", err)
-	}
-
-	r.Completions = len(comps)
-	seen := map[string]int{}
-	var late, fireLag, dispatch []time.Duration
-	var firstStart, lastStart, lastFired time.Time
-	for _, c := range comps {
-		if f, ok := firedAt[c.fireID]; ok {
-			fireLag = append(fireLag, f.Sub(c.scheduled))
-			dispatch = append(dispatch, c.started.Sub(f))
-			if f.After(lastFired) {
-				lastFired = f
-			}
-		}
-		seen[c.key]++
-		if _, ok := expected[c.key]; !ok {
-			r.Unexpected++
-		}
-		late = append(late, c.started.Sub(c.scheduled))
-		if firstStart.IsZero() || c.started.Before(firstStart) {
-			firstStart = c.started
-		}
-		if c.started.After(lastStart) {
-			lastStart = c.started
-		}
-	}
-	compDup := 0
-	for _, n := range seen {
-		compDup += n - 1
-	}
-	r.Duplicates = max(firedDup, compDup)
-	for k := range expected {
-		if seen[k] > 0 {
-			r.Completed++
-		} else {
-			r.Missing++
-		}
-	}
-	if len(late) == 0 {
-		return r, nil
-	}
-	r.LateP50Ms, r.LateP99Ms, r.LateMaxMs = percentiles(late)
-	if len(fireLag) > 0 {
-		r.FireLagP50Ms, r.FireLagP99Ms, _ = percentiles(fireLag)
-		r.DispatchP50Ms, r.DispatchP99Ms, _ = percentiles(dispatch)
-		r.LastFiredAfterT0Sec = lastFired.Sub(t0).Seconds()
-	}
-	r.FirstStartAfterT0Sec = firstStart.Sub(t0).Seconds()
-	r.LastStartAfterT0Sec = lastStart.Sub(t0).Seconds()
-	if s.burst {
-		r.FiresPerSec = float64(r.Completions) / lastStart.Sub(t0).Seconds()
-	} else if d := lastStart.Sub(firstStart).Seconds(); d > 0 {
-		r.FiresPerSec = float64(r.Completions) / d
-	}
-	if s.demand > 0 {
-		win := max(time.Second, (s.lastDue / 3).Truncate(time.Second))
-		r.WindowSec = int(win / time.Second)
-		r.Windows = windows(comps, t0, win)
-		if len(r.Windows) >= 2 {
-			first, last := r.Windows[0], r.Windows[len(r.Windows)-1]
-			r.BacklogGrows = last.P99Ms > 2*first.P99Ms && last.P99Ms > 100
-		}
-		if r.FiresPerSec < 0.9*s.demand {
-			r.BacklogGrows = true
-		}
-	}
-	return r, nil
+	return out, rows.Err()
 }
 
-func windows(comps []completion, t0 time.Time, win time.Duration) []Window {
-	by := map[int][]time.Duration{}
-	step := int(win / time.Second)
-	for _, c := range comps {
-		w := int(c.scheduled.Sub(t0)/time.Second) / step * step
-		by[w] = append(by[w], c.started.Sub(c.scheduled))
+// analyzedBetween lists the tables analyzed between two readings.
+func analyzedBetween(before, after map[string]int64) []string {
+	out := []string{}
+	for t, n := range after {
+		if n > before[t] {
+			out = append(out, t)
+		}
 	}
-	var out []Window
-	for w, l := range by {
-		p50, p99, _ := percentiles(l)
-		out = append(out, Window{FromSec: w, Fires: len(l), P50Ms: p50, P99Ms: p99})
-	}
-	slices.SortFunc(out, func(a, b Window) int { return a.FromSec - b.FromSec })
+	slices.Sort(out)
 	return out
 }
 
-// percentiles returns p50, p99 and max in milliseconds (nearest rank).
-func percentiles(d []time.Duration) (p50, p99, maxMs float64) {
+// resetStatements empties pg_stat_statements so that it holds the measured interval only.
+func (b *bench) resetStatements(ctx context.Context, conn *pgx.Conn) error {
+	if !b.inf.statements {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, `select pg_stat_statements_reset()`); err != nil {
+		return fmt.Errorf("resetting pg_stat_statements: %w", err)
+	}
+	return nil
+}
+
+// topStatements lists the workload database's statements by total execution time, the bench's
+// own reads left out.
+func (b *bench) topStatements(ctx context.Context, conn *pgx.Conn, fires int) ([]Statement, error) {
+	if !b.inf.statements {
+		return nil, nil
+	}
+	rows, err := conn.Query(ctx, `select query, calls, total_exec_time, rows from pg_stat_statements
+		where dbid = (select oid from pg_database where datname = current_database())
+		  and query not like '%pg_stat_%'
+		order by total_exec_time desc limit $1`, topStatementsN)
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+	}
+	defer rows.Close()
+	var out []Statement
+	for rows.Next() {
+		var s Statement
+		if err := rows.Scan(&s.Query, &s.Calls, &s.TotalMs, &s.Rows); err != nil {
+			return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+		}
+		s.Query = sqlText(s.Query)
+		s.TotalMs = round1(s.TotalMs)
+		if fires > 0 {
+			s.CallsPerFire = float64(s.Calls) / float64(fires)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+	}
+	return out, nil
+}
+
+// sqlText is a statement on one line without its "--" comments (Agate's queries begin with
+// them), so that the report shows the SQL.
+func sqlText(q string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(q, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		b.WriteString(line)
+		b.WriteByte(' ')
+	}
+	return strings.Join(strings.Fields(b.String()), " ")
+}
+
+// cpuDelta is the CPU seconds each process group used between two readings.
+func cpuDelta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		out[k] = round1(max(0, v-before[k]))
+	}
+	return out
+}
+
+// sumPrefix adds the values whose key begins with prefix.
+func sumPrefix(m map[string]float64, prefix string) float64 {
+	var t float64
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix) {
+			t += v
+		}
+	}
+	return t
+}
+
+// percentiles returns p50, p99 and max in milliseconds (nearest rank); zero when d is empty.
+func percentiles(d []time.Duration) Lateness {
+	if len(d) == 0 {
+		return Lateness{}
+	}
 	slices.Sort(d)
 	at := func(p float64) float64 {
 		i := int(math.Ceil(p*float64(len(d)))) - 1
 		i = min(max(i, 0), len(d)-1)
 		return ms(d[i])
 	}
-	return at(0.50), at(0.99), ms(d[len(d)-1])
+	return Lateness{P50Ms: at(0.50), P99Ms: at(0.99), MaxMs: ms(d[len(d)-1])}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

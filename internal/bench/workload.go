@@ -7,227 +7,118 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/command"
-	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/events"
-	"github.com/agatesched/agate/internal/node"
-	"github.com/agatesched/agate/internal/store"
-	"github.com/agatesched/agate/internal/worker"
 )
 
-// maxTriggersPerCommand is schedule_job's maxItems for triggers.
-const maxTriggersPerCommand = 100
-
-// spec describes one workload run.
+// spec describes one workload run: triggers trigger i of which starts at T0+offset(i) and fires
+// fires times, interval apart.
 type spec struct {
-	name  string // accept | burst | steady
-	nodes int
-	// plan returns the schedule_job bodies for T0 and the expected fires, keyed by fireKey.
-	plan func(t0 time.Time) ([]map[string]any, map[string]time.Time)
-	// commands is how many schedule_job commands plan returns (to choose T0 before planning).
-	commands int
-	// lastDue is the offset of the last expected fire from T0.
-	lastDue time.Duration
-	// burst: all fires are due at T0; fires/s is measured from T0 rather than from the first start.
+	name     string // burst | steady | failover
+	nodes    int
+	triggers int
+	fires    int
+	interval time.Duration
+	offset   func(i int) time.Duration
+	// burst: every fire is due at T0; fires/s is measured from T0 rather than from the first fire.
 	burst bool
-	// param describes the size, e.g. "N=20000".
+	// param describes the size, e.g. "N=20000 at T0".
 	param string
-	// demand is the fires/s the schedule asks for (steady), 0 when not steady.
+	// demand is the fires/s the schedule asks for (steady, failover), 0 otherwise.
 	demand float64
+	// killAfter (failover): scheduler n1 gets SIGKILL this long after T0.
+	killAfter time.Duration
 }
+
+// lastDue is the offset of the last expected fire from T0.
+func (s spec) lastDue() time.Duration {
+	return s.offset(s.triggers-1) + time.Duration(s.fires-1)*s.interval
+}
+
+// commands is how many schedule_job commands the workload sends.
+func (s spec) commands(perCommand int) int { return (s.triggers + perCommand - 1) / perCommand }
 
 // fireKey identifies one scheduled fire of one trigger.
 func fireKey(group, name string, at time.Time) string {
 	return fmt.Sprintf("%s.%s@%d", group, name, at.UnixMicro())
 }
 
-func oneShot(group, name string, at time.Time) map[string]any {
-	return map[string]any{"group": group, "name": name, "startAt": at.UTC().Format(time.RFC3339Nano),
-		"simple": map[string]any{"repeatCount": 0}}
-}
-
-func repeating(group, name string, at time.Time, interval time.Duration, repeat int) map[string]any {
-	return map[string]any{"group": group, "name": name, "startAt": at.UTC().Format(time.RFC3339Nano),
-		"simple": map[string]any{"interval": interval.String(), "repeatCount": repeat}}
-}
-
-func scheduleJob(id, group, name string, triggers []any) map[string]any {
-	return map[string]any{"id": id, "job": map[string]any{"group": group, "name": name, "type": "noop"},
-		"triggers": triggers}
-}
-
-// oneShots plans n one-shot triggers, the i-th due at t0+offset(i), 100 per command.
-func oneShots(prefix string, n int, t0 time.Time, offset func(i int) time.Duration,
-	cmds []map[string]any, expected map[string]time.Time) []map[string]any {
-	for c := 0; c*maxTriggersPerCommand < n; c++ {
+// plan returns the schedule_job bodies for T0, perCommand triggers each (one job per command),
+// and the expected fires keyed by fireKey.
+func (s spec) plan(prefix string, t0 time.Time, perCommand int) ([][]byte, map[string]time.Time, error) {
+	expected := make(map[string]time.Time, s.triggers*s.fires)
+	var cmds [][]byte
+	for c := 0; c*perCommand < s.triggers; c++ {
 		var trigs []any
-		for i := c * maxTriggersPerCommand; i < min(n, (c+1)*maxTriggersPerCommand); i++ {
-			at := t0.Add(offset(i))
-			name := fmt.Sprintf("%s-%06d", prefix, i)
-			trigs = append(trigs, oneShot(prefix, name, at))
-			expected[fireKey(prefix, name, at)] = at
-		}
-		cmds = append(cmds, scheduleJob(fmt.Sprintf("%s-cmd-%d", prefix, c), prefix, fmt.Sprintf("%s-job-%04d", prefix, c), trigs))
-	}
-	return cmds
-}
-
-// repeaters plans n triggers repeating every interval, fires times each, the i-th starting at
-// t0+start(i), 100 per command.
-func repeaters(prefix string, n, fires int, interval time.Duration, t0 time.Time, start func(i int) time.Duration,
-	cmds []map[string]any, expected map[string]time.Time) []map[string]any {
-	for c := 0; c*maxTriggersPerCommand < n; c++ {
-		var trigs []any
-		for i := c * maxTriggersPerCommand; i < min(n, (c+1)*maxTriggersPerCommand); i++ {
-			at := t0.Add(start(i))
-			name := fmt.Sprintf("%s-%06d", prefix, i)
-			trigs = append(trigs, repeating(prefix, name, at, interval, fires-1))
-			for k := range fires {
-				f := at.Add(time.Duration(k) * interval)
+		for i := c * perCommand; i < min(s.triggers, (c+1)*perCommand); i++ {
+			at := t0.Add(s.offset(i))
+			name := fmt.Sprintf("t%06d", i)
+			simple := map[string]any{"repeatCount": s.fires - 1}
+			if s.fires > 1 {
+				simple["interval"] = s.interval.String()
+			}
+			trigs = append(trigs, map[string]any{"group": prefix, "name": name,
+				"startAt": at.UTC().Format(time.RFC3339Nano), "simple": simple})
+			for k := range s.fires {
+				f := at.Add(time.Duration(k) * s.interval)
 				expected[fireKey(prefix, name, f)] = f
 			}
 		}
-		cmds = append(cmds, scheduleJob(fmt.Sprintf("%s-cmd-%d", prefix, c), prefix, fmt.Sprintf("%s-job-%04d", prefix, c), trigs))
+		body, err := json.Marshal(map[string]any{"id": fmt.Sprintf("%s-c%06d", prefix, c),
+			"job": map[string]any{"group": prefix, "name": fmt.Sprintf("j%06d", c), "type": "noop"}, "triggers": trigs})
+		if err != nil {
+			return nil, nil, fmt.Errorf("encoding command: %w", err)
+		}
+		cmds = append(cmds, body)
 	}
-	return cmds
-}
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// acceptSpec is the issue's two-node acceptance workload.
-func acceptSpec(nodes int) spec {
-	return spec{
-		name: "accept", nodes: nodes, commands: ceilDiv(1000, maxTriggersPerCommand) + 1,
-		lastDue: 24 * 200 * time.Millisecond, param: "1000 one-shot/2s + 20×25 every 200ms",
-		plan: func(t0 time.Time) ([]map[string]any, map[string]time.Time) {
-			exp := map[string]time.Time{}
-			cmds := oneShots("once", 1000, t0, func(i int) time.Duration { return time.Duration(i) * 2 * time.Millisecond }, nil, exp)
-			cmds = repeaters("rep", 20, 25, 200*time.Millisecond, t0, func(int) time.Duration { return 0 }, cmds, exp)
-			return cmds, exp
-		},
-	}
+	return cmds, expected, nil
 }
 
 // burstSpec is Quartz's W1: n one-shot triggers all due at T0.
 func burstSpec(n, nodes int) spec {
-	return spec{
-		name: "burst", nodes: nodes, commands: ceilDiv(n, maxTriggersPerCommand), burst: true,
-		param: fmt.Sprintf("N=%d at T0", n),
-		plan: func(t0 time.Time) ([]map[string]any, map[string]time.Time) {
-			exp := map[string]time.Time{}
-			return oneShots("burst", n, t0, func(int) time.Duration { return 0 }, nil, exp), exp
-		},
-	}
+	return spec{name: "burst", nodes: nodes, triggers: n, fires: 1, burst: true,
+		offset: func(int) time.Duration { return 0 }, param: fmt.Sprintf("N=%d at T0", n)}
 }
 
 // steadySpec is Quartz's W2: rate triggers every 1 s for d, start times spread over 1 s.
 func steadySpec(rate int, d time.Duration, nodes int) spec {
 	fires := int(d / time.Second)
-	return spec{
-		name: "steady", nodes: nodes, commands: ceilDiv(rate, maxTriggersPerCommand),
-		lastDue: time.Duration(fires) * time.Second, param: fmt.Sprintf("%d×1s for %ds", rate, fires),
-		demand: float64(rate),
-		plan: func(t0 time.Time) ([]map[string]any, map[string]time.Time) {
-			exp := map[string]time.Time{}
-			// Trigger times have millisecond resolution (as Quartz's), so start times are spread
-			// on the millisecond grid: above 1,000/s several triggers share a millisecond.
-			return repeaters("steady", rate, fires, time.Second, t0,
-				func(i int) time.Duration { return time.Duration(i*1000/rate) * time.Millisecond }, nil, exp), exp
-		},
-	}
+	return spec{name: "steady", nodes: nodes, triggers: rate, fires: fires, interval: time.Second,
+		// Trigger times have millisecond resolution (as Quartz's), so start times are spread on
+		// the millisecond grid: above 1,000/s several triggers share a millisecond.
+		offset: func(i int) time.Duration { return time.Duration(i*1000/rate) * time.Millisecond },
+		param:  fmt.Sprintf("%d×1s for %ds", rate, fires), demand: float64(rate)}
+}
+
+// failoverSpec is steady with scheduler n1 killed (SIGKILL) after a third of the run.
+func failoverSpec(rate int, d time.Duration, nodes int) spec {
+	s := steadySpec(rate, d, nodes)
+	s.name = "failover"
+	s.killAfter = (d / 3).Truncate(time.Second)
+	s.param += fmt.Sprintf(", n1 killed at T0+%s", s.killAfter)
+	return s
 }
 
 // bench runs workloads on the shared infrastructure.
 type bench struct {
-	o       Config
-	inf     *infra
-	log     *slog.Logger
-	compLog *slog.Logger
-	seq     int
+	o   Config
+	inf *infra
+	log *slog.Logger
+	seq int
 }
 
-// cluster is the running nodes and workers of one workload.
-type cluster struct {
-	stops []func() error
-}
-
-// stop stops workers first (they were started last), then nodes.
-func (c *cluster) stop() error {
-	var errs []error
-	for i := len(c.stops) - 1; i >= 0; i-- {
-		errs = append(errs, c.stops[i]())
-	}
-	return errors.Join(errs...)
-}
-
-func (b *bench) startNode(id, ns, dbURL string) (func() error, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	pool, err := store.Open(ctx, dbURL, b.o.PoolSize)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("node %s: %w", id, err)
-	}
-	nc, err := nats.Connect(b.inf.nats.URL(), nats.Name("agatebench-"+id))
-	if err != nil {
-		cancel()
-		pool.Close()
-		return nil, fmt.Errorf("node %s: connecting to NATS: %w", id, err)
-	}
-	cfg := node.Config{Namespace: ns, InstanceID: id, Logger: b.compLog, LockMode: b.o.LockMode, Partitions: b.o.Partitions}
-	done := make(chan error, 1)
-	go func() { done <- node.Run(ctx, cfg, pool, nc) }()
-	return func() error {
-		cancel()
-		err := <-done
-		nc.Close()
-		pool.Close()
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("node %s: %w", id, err)
-		}
-		return nil
-	}, nil
-}
-
-func (b *bench) startWorker(id, ns string) (func() error, error) {
-	nc, err := nats.Connect(b.inf.nats.URL(), nats.Name("agatebench-"+id))
-	if err != nil {
-		return nil, fmt.Errorf("worker %s: connecting to NATS: %w", id, err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("worker %s: %w", id, err)
-	}
-	reg := worker.NewRegistry()
-	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
-	w, err := worker.New(worker.Config{Namespace: ns, InstanceID: id, Concurrency: b.o.Concurrency,
-		Logger: b.compLog.With("worker", id)}, js, reg)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("worker %s: %w", id, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	return func() error {
-		cancel()
-		err := <-done
-		nc.Close()
-		if err != nil {
-			return fmt.Errorf("worker %s: %w", id, err)
-		}
-		return nil
-	}, nil
-}
-
-// runWorkload runs one workload in a fresh database and namespace and measures it.
+// runWorkload runs one workload in a fresh database and namespace, with its own scheduler and
+// worker processes, and measures it from the FIRED and DONE streams.
 func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
+	ctx, cancel := context.WithCancel(ctx) // ends the failover's killer with the run
+	defer cancel()
 	b.seq++
 	dbName := fmt.Sprintf("agatebench_%d_%s_%dn", b.seq, s.name, s.nodes)
 	ns := fmt.Sprintf("bench-%s-%dn-%d-%d", s.name, s.nodes, b.seq, time.Now().Unix()%100000)
@@ -237,331 +128,298 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	admin, err := store.Open(ctx, dbURL, 4)
-	if err != nil {
+	if err := b.migrate(ctx, dbURL); err != nil {
 		return Result{}, err
 	}
-	defer admin.Close()
-	// Migrate once up front so the nodes start on the same schema without racing for it.
-	if err := store.Migrate(ctx, admin); err != nil {
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return Result{}, fmt.Errorf("connecting to %s: %w", dbName, err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	analyzedAtStart, err := analyzeCounts(ctx, admin)
+	if err != nil {
 		return Result{}, err
 	}
 
-	nc, err := nats.Connect(b.inf.nats.URL(), nats.Name("agatebench-client"))
+	nc, err := nats.Connect(b.inf.natsURL, nats.Name("agatebench-producer"))
 	if err != nil {
-		return Result{}, fmt.Errorf("connecting to NATS: %w", err)
+		return Result{}, fmt.Errorf("connecting to NATS at %s: %w", b.inf.natsURL, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return Result{}, fmt.Errorf("opening JetStream: %w", err)
 	}
-	defer func() {
-		// The namespace's streams are not needed afterwards; free the embedded store.
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, st := range []string{events.StreamCommands(ns), events.StreamFired(ns), events.StreamDone(ns), events.StreamEvents(ns)} {
-			if err := js.DeleteStream(dctx, st); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-				log.Warn("deleting stream failed", "stream", st, "error", err)
-			}
-		}
-	}()
+	defer deleteStreams(js, ns, log)
 
-	cl := &cluster{}
-	defer func() {
-		if err := cl.stop(); err != nil {
-			log.Warn("stopping the cluster", "error", err)
-		}
-	}()
-	for i := range s.nodes {
-		stop, err := b.startNode(fmt.Sprintf("n%d", i+1), ns, dbURL)
-		if err != nil {
-			return Result{}, err
-		}
-		cl.stops = append(cl.stops, stop)
-	}
-	for i := range b.o.Workers {
-		stop, err := b.startWorker(fmt.Sprintf("w%d", i+1), ns)
-		if err != nil {
-			return Result{}, err
-		}
-		cl.stops = append(cl.stops, stop)
-	}
-	if err := waitReady(ctx, nc, js, ns, s.nodes); err != nil {
+	cl := &cluster{ns: ns}
+	defer cl.stop()
+	if err := b.startSchedulers(cl, dbURL, s.nodes); err != nil {
 		return Result{}, err
 	}
-	log.Info("workload: nodes and workers running (in-process)", "workers", b.o.Workers,
-		"concurrency", b.o.Concurrency)
+	if err := waitNodes(ctx, nc, dbURL, ns, s.nodes); err != nil {
+		return Result{}, fmt.Errorf("%w (logs in %s)", err, b.inf.dir)
+	}
+	if err := b.startWorkers(cl, b.o.Workers); err != nil {
+		return Result{}, err
+	}
+	if err := waitWorkers(ctx, js, ns, b.o.Workers); err != nil {
+		return Result{}, fmt.Errorf("%w (logs in %s)", err, b.inf.dir)
+	}
+	log.Info("workload: scheduler and worker processes running", "workers", b.o.Workers,
+		"concurrency", b.o.Concurrency, "logs", b.inf.dir)
 
+	perCmd := b.o.TriggersPerCommand
 	lead := b.o.Lead
 	if lead == 0 {
-		if lead, err = calibrateLead(ctx, nc, ns, s.commands); err != nil {
+		if lead, err = b.calibrateLead(ctx, nc, ns, s); err != nil {
 			return Result{}, err
 		}
-		log.Info("workload: lead time chosen from a calibration command", "lead", lead.Round(time.Millisecond))
+		log.Info("workload: lead time chosen from calibration commands", "lead", lead.Round(time.Millisecond))
 	}
 	schedStart := time.Now()
 	t0 := schedStart.Add(lead).Truncate(time.Millisecond)
-	cmds, expected := s.plan(t0)
-	log.Info("workload: scheduling", "commands", len(cmds), "fires_expected", len(expected),
-		"t0_in", time.Until(t0).Round(time.Millisecond))
-	var every func(int)
-	if b.o.Analyze {
-		every = func(int) { analyze(ctx, admin, log) }
-	}
-	if err := schedule(ctx, nc, ns, cmds, 2*s.nodes, every, log); err != nil {
+	cmds, expected, err := s.plan("b", t0, perCmd)
+	if err != nil {
 		return Result{}, err
 	}
-	if b.o.Analyze {
-		analyze(ctx, admin, log)
+	obs, err := observe(ctx, js, ns, expected)
+	if err != nil {
+		return Result{}, err
+	}
+	defer obs.stop()
+	log.Info("workload: scheduling", "commands", len(cmds), "triggers_per_command", perCmd,
+		"fires_expected", len(expected), "t0_in", time.Until(t0).Round(time.Millisecond))
+	if err := schedule(ctx, nc, ns, cmds, b.o.InFlight, log); err != nil {
+		return Result{}, err
 	}
 	schedEnd := time.Now()
 	log.Info("workload: scheduled", "took", schedEnd.Sub(schedStart).Round(time.Millisecond),
 		"before_t0", t0.Sub(schedEnd).Round(time.Millisecond))
 	if schedEnd.After(t0) {
-		log.Warn("scheduling finished after T0: the first fires are late because of it; raise --lead")
-	}
-	commitsBefore, err := xactCommits(ctx, admin)
-	if err != nil {
-		return Result{}, err
+		log.Warn("scheduling finished after T0: the first fires are late because of it and the figures understate Agate; raise --lead")
 	}
 
-	deadline := t0.Add(s.lastDue + b.o.Timeout)
-	allSeen, timedOut, err := waitCompletions(ctx, admin, js, ns, len(expected), deadline, log)
+	// Counters from here: statistics reset and CPU read right before T0 (or now, when late),
+	// before the first claims (fire-ahead 200 ms), not while the bench waits for T0.
+	sleepUntil(ctx, t0.Add(-500*time.Millisecond))
+	if err := b.resetStatements(ctx, admin); err != nil {
+		return Result{}, err
+	}
+	dbBefore, err := readDBStats(ctx, admin)
 	if err != nil {
 		return Result{}, err
+	}
+	analyzedAtT0, err := analyzeCounts(ctx, admin)
+	if err != nil {
+		return Result{}, err
+	}
+	pids := b.pids(cl)
+	cpuBefore := cpuSeconds(pids)
+	profiles := func() []string { return nil }
+	if len(cl.pprof) > 0 {
+		sleepUntil(ctx, t0)
+		profiles = b.profile(ctx, cl.pprof, fmt.Sprintf("%s-%dn", s.name, s.nodes))
+	}
+
+	var killed atomic.Int64 // unix nanoseconds of the SIGKILL
+	if s.killAfter > 0 {
+		victim := cl.schedulers[0]
+		go func() {
+			if !sleepUntil(ctx, t0.Add(s.killAfter)) {
+				return
+			}
+			if err := victim.kill(); err != nil {
+				log.Warn("failover: SIGKILL failed", "error", err)
+				return
+			}
+			killed.Store(time.Now().UnixNano())
+			log.Info("failover: scheduler killed (SIGKILL)", "node", victim.name)
+		}()
+	}
+
+	deadline := t0.Add(s.lastDue() + b.o.Timeout)
+	allSeen, timedOut := obs.wait(ctx, deadline, log)
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
 	}
 	if timedOut {
 		log.Warn("workload: timed out waiting for completions", "timeout", b.o.Timeout)
 	} else {
-		log.Info("workload: all completions recorded", "after_t0", allSeen.Sub(t0).Round(time.Millisecond))
-		// Grace period to catch late duplicates, as the Quartz driver does.
-		time.Sleep(time.Second)
+		log.Info("workload: every expected fire completed", "after_t0", allSeen.Sub(t0).Round(time.Millisecond))
 	}
-	commitsAfter, err := xactCommits(ctx, admin)
+	// Late duplicates, and PostgreSQL's statistics (a backend reports them within a second of
+	// going idle), have until the streams are quiet.
+	obs.settle(ctx, js, ns, time.Second, 10*time.Second)
+	cpuAfter := cpuSeconds(pids)
+	dbAfter, err := readDBStats(ctx, admin)
+	if err != nil {
+		return Result{}, err
+	}
+	analyzedAtEnd, err := analyzeCounts(ctx, admin)
 	if err != nil {
 		return Result{}, err
 	}
 
-	r, err := measure(ctx, admin, ns, s, t0, expected)
-	if err != nil {
-		return Result{}, err
-	}
-	r.Workers, r.Concurrency, r.Demand = b.o.Workers, b.o.Concurrency, s.demand
+	r := obs.result(s, t0)
+	r.Workers, r.Concurrency, r.TriggersPerCommand = b.o.Workers, b.o.Concurrency, perCmd
+	r.LeadSec = lead.Seconds()
 	r.SchedulingSec = schedEnd.Sub(schedStart).Seconds()
 	r.ScheduledBeforeT0Sec = t0.Sub(schedEnd).Seconds()
 	r.TimedOut = timedOut
+	r.AnalyzedBeforeT0 = analyzedBetween(analyzedAtStart, analyzedAtT0)
+	r.AnalyzedDuring = analyzedBetween(analyzedAtT0, analyzedAtEnd)
 	if !timedOut && r.Completions > 0 {
 		r.AllCompletedAfterT0Sec = allSeen.Sub(t0).Seconds()
-		r.E2EPerSec = float64(r.Completions) / allSeen.Sub(t0).Seconds()
+		r.E2EPerSec = float64(len(expected)) / allSeen.Sub(t0).Seconds()
 	}
-	if r.Completions > 0 {
-		// Includes the nodes' check-ins and sweeps; the bench polls JetStream, not PostgreSQL.
-		r.CommitsPerFire = float64(commitsAfter-commitsBefore) / float64(r.Completions)
+	if r.Fired > 0 {
+		r.CommitsPerFire = float64(dbAfter.commits-dbBefore.commits) / float64(r.Fired)
+		r.WritesPerFire = float64(dbAfter.writes-dbBefore.writes) / float64(r.Fired)
 	}
-	compare(&r)
+	if r.Statements, err = b.topStatements(ctx, admin, r.Fired); err != nil {
+		return Result{}, err
+	}
+	r.CPU = cpuDelta(cpuBefore, cpuAfter)
+	r.MeasuredSec = dbAfter.at.Sub(dbBefore.at).Seconds()
+	if at := killed.Load(); at > 0 {
+		obs.failover(&r, time.Unix(0, at), t0)
+	}
+	r.Profiles = profiles()
 	log.Info("workload: done", "fires_per_sec", round1(r.FiresPerSec), "e2e_per_sec", round1(r.E2EPerSec),
-		"late_p50_ms", round1(r.LateP50Ms), "late_p99_ms", round1(r.LateP99Ms), "late_max_ms", round1(r.LateMaxMs),
+		"fire_late_p99_ms", round1(r.FireLate.P99Ms), "start_late_p99_ms", round1(r.StartLate.P99Ms),
 		"dup", r.Duplicates, "missing", r.Missing)
 	return r, nil
 }
 
-// calibrateLead times one schedule_job of 100 triggers due in a day (then deletes it) and returns
-// a lead time long enough to send commands of that size before T0. Commands are applied one after
-// another under the TRIGGER_ACCESS lock whatever the node count, so the estimate does not divide by
-// nodes.
-func calibrateLead(ctx context.Context, nc *nats.Conn, ns string, commands int) (time.Duration, error) {
-	subject := events.Subjects(ns).API("schedule_job")
-	at := time.Now().Add(24 * time.Hour).Truncate(time.Millisecond)
-	var trigs []any
-	for i := range maxTriggersPerCommand {
-		trigs = append(trigs, oneShot("calib", fmt.Sprintf("calib-%03d", i), at))
+// sleepUntil waits until t or ctx's end; false when ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// deleteStreams deletes a namespace's streams once its workload is measured, to free the store.
+func deleteStreams(js jetstream.JetStream, ns string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, st := range []string{events.StreamCommands(ns), events.StreamFired(ns), events.StreamDone(ns), events.StreamEvents(ns)} {
+		if err := js.DeleteStream(ctx, st); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			log.Warn("deleting stream failed", "stream", st, "error", err)
+		}
+	}
+}
+
+// calibrateLead sends commands like the workload's (their triggers due in a day): a first round
+// (up to --in-flight) to warm the nodes' connections and caches, then up to twice as many, timed. It deletes
+// their jobs and returns a lead long enough to send the workload's commands before T0: 3 s +
+// 1.5 × the time they take at the timed rate.
+func (b *bench) calibrateLead(ctx context.Context, nc *nats.Conn, ns string, s spec) (time.Duration, error) {
+	// Small next to the workload: the calibration's rows, deleted, stay behind as dead tuples.
+	n := s.commands(b.o.TriggersPerCommand)
+	warm, timed := max(1, min(b.o.InFlight, n/20)), max(1, min(2*b.o.InFlight, n/10))
+	cal := spec{triggers: (warm + timed) * b.o.TriggersPerCommand, fires: 1, offset: func(int) time.Duration { return 0 }}
+	cmds, _, err := cal.plan("calib", time.Now().Add(24*time.Hour).Truncate(time.Millisecond), b.o.TriggersPerCommand)
+	if err != nil {
+		return 0, err
+	}
+	if err := schedule(ctx, nc, ns, cmds[:warm], b.o.InFlight, b.log); err != nil {
+		return 0, fmt.Errorf("calibration: %w", err)
 	}
 	start := time.Now()
-	if err := request(ctx, nc, subject, scheduleJob("calib-cmd", "calib", "calib-job", trigs)); err != nil {
+	if err := schedule(ctx, nc, ns, cmds[warm:], b.o.InFlight, b.log); err != nil {
 		return 0, fmt.Errorf("calibration: %w", err)
 	}
-	per := time.Since(start)
-	del := map[string]any{"id": "calib-del", "job": map[string]any{"group": "calib", "name": "calib-job"}}
-	if err := request(ctx, nc, events.Subjects(ns).API("delete_job"), del); err != nil {
-		return 0, fmt.Errorf("calibration: %w", err)
+	per := time.Since(start) / time.Duration(len(cmds)-warm)
+	dels := make([][]byte, len(cmds))
+	for c := range cmds {
+		dels[c] = fmt.Appendf(nil, `{"id":"calib-del-%d","job":{"group":"calib","name":"j%06d"}}`, c, c)
 	}
-	return 3*time.Second + time.Duration(float64(commands)*2*float64(per)), nil
+	if err := sendAll(ctx, nc, events.Subjects(ns).API("delete_job"), dels, b.o.InFlight, b.log); err != nil {
+		return 0, fmt.Errorf("calibration: deleting its jobs: %w", err)
+	}
+	return 3*time.Second + time.Duration(1.5*float64(s.commands(b.o.TriggersPerCommand))*float64(per)), nil
 }
 
-// waitReady waits until every node answers on the api subject and the workers' consumers exist.
-func waitReady(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, ns string, nodes int) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// schedule sends the schedule_job commands over the api subject, inFlight requests at once, as
+// a producer does.
+func schedule(ctx context.Context, nc *nats.Conn, ns string, cmds [][]byte, inFlight int, log *slog.Logger) error {
+	return sendAll(ctx, nc, events.Subjects(ns).API("schedule_job"), cmds, inFlight, log)
+}
+
+// sendAll sends each body as a request on subject, inFlight at once, and fails on the first
+// rejection.
+func sendAll(ctx context.Context, nc *nats.Conn, subject string, bodies [][]byte, inFlight int, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for {
-		_, err := js.Consumer(ctx, events.StreamFired(ns), events.WorkerDurable("noop"))
-		if err == nil {
-			// An unknown command is answered (rejected) by any node without touching the database.
-			msg, rerr := nc.RequestWithContext(ctx, events.Subjects(ns).API("ping"), []byte(`{"id":"ping"}`))
-			if rerr == nil && len(msg.Data) > 0 {
-				return nil
-			}
-			err = rerr
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("nodes and workers not ready after 30s: %w", err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// schedule sends the schedule_job commands over the api subject, parallel requests in flight.
-func schedule(ctx context.Context, nc *nats.Conn, ns string, cmds []map[string]any, parallel int,
-	every func(sent int), log *slog.Logger) error {
-	subject := events.Subjects(ns).API("schedule_job")
-	ch := make(chan map[string]any)
+	var next, sent atomic.Int64
 	var wg sync.WaitGroup
-	var mu sync.Mutex
+	var once sync.Once
 	var firstErr error
-	for range parallel {
+	for range min(inFlight, len(bodies)) {
 		wg.Go(func() {
-			for c := range ch {
-				if err := request(ctx, nc, subject, c); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= len(bodies) {
+					return
 				}
+				if err := request(ctx, nc, subject, bodies[i]); err != nil {
+					once.Do(func() { firstErr = err; cancel() })
+					return
+				}
+				sent.Add(1)
 			}
 		})
 	}
-	start, last := time.Now(), time.Now()
-	for i, c := range cmds {
-		ch <- c
-		if every != nil && i > 0 && i%analyzeEvery == 0 {
-			every(i)
-		}
-		if time.Since(last) >= 5*time.Second {
-			log.Info("workload: scheduling progress", "sent", i, "of", len(cmds), "elapsed", time.Since(start).Round(time.Millisecond))
-			last = time.Now()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	start := time.Now()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			if firstErr == nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return firstErr
+		case <-tick.C:
+			log.Info("workload: sending commands", "subject", subject, "answered", sent.Load(), "of", len(bodies),
+				"elapsed", time.Since(start).Round(time.Millisecond))
 		}
 	}
-	close(ch)
-	wg.Wait()
-	return firstErr
 }
 
-func request(ctx context.Context, nc *nats.Conn, subject string, body map[string]any) error {
-	data, err := json.Marshal(body)
-	if err != nil {
-		return fmt.Errorf("encoding command: %w", err)
-	}
+// request sends one command and waits for its outcome, retrying while no node answers yet or
+// the outcome says a retry may succeed.
+func request(ctx context.Context, nc *nats.Conn, subject string, body []byte) error {
 	for attempt := 0; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		msg, err := nc.RequestWithContext(rctx, subject, data)
+		msg, err := nc.RequestWithContext(rctx, subject, body)
 		cancel()
 		if errors.Is(err, nats.ErrNoResponders) && attempt < 100 {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("schedule_job %v: %w", body["id"], err)
+			return fmt.Errorf("%s: %w", subject, err)
 		}
 		var out command.Outcome
 		if err := json.Unmarshal(msg.Data, &out); err != nil {
-			return fmt.Errorf("schedule_job %v: reply is not an outcome: %w", body["id"], err)
+			return fmt.Errorf("%s: the reply is not an outcome: %w", subject, err)
 		}
 		if !out.OK {
 			if out.Transient() && attempt < 10 {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			return fmt.Errorf("schedule_job %v rejected: %+v", body["id"], out.Error)
+			return fmt.Errorf("%s rejected: %+v", subject, out.Error)
 		}
 		return nil
 	}
-}
-
-// analyzeEvery is how many commands are sent between two ANALYZEs with --analyze.
-const analyzeEvery = 20
-
-// analyze refreshes the planner statistics of the tables that grow while scheduling. Without it
-// the plans pgx's cached prepared statements got on the empty tables (sequential scans) stay
-// until autovacuum's ANALYZE, which may come a minute later (see the report's notes).
-func analyze(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) {
-	if _, err := pool.Exec(ctx, `analyze triggers, job_details, fired_triggers, events`); err != nil {
-		log.Warn("ANALYZE failed", "error", err)
-	}
-}
-
-func xactCommits(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var n int64
-	err := pool.QueryRow(ctx, `select xact_commit from pg_stat_database where datname = current_database()`).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("reading pg_stat_database: %w", err)
-	}
-	return n, nil
-}
-
-// waitCompletions waits until the log holds want JobCompleted events of ns or the deadline passes,
-// and returns when it first saw them all. It polls JetStream rather than PostgreSQL, so as not to
-// load the database it measures: the DONE stream's message count and the schedulers' shared
-// completion consumer, which acks a completion only after its transaction committed. When the
-// consumer has nothing pending or unacked and the stream holds want messages, one count on the
-// events table confirms it.
-func waitCompletions(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, ns string, want int,
-	deadline time.Time, log *slog.Logger) (time.Time, bool, error) {
-	lastLog := time.Now()
-	for {
-		now := time.Now()
-		settled, msgs, err := doneSettled(ctx, js, ns)
-		if err != nil {
-			return time.Time{}, false, err
-		}
-		if settled && msgs >= uint64(want) {
-			var n int
-			err := pool.QueryRow(ctx, `select count(*) from events where sched_name = $1 and type = $2`,
-				ns, events.TypeJobCompleted).Scan(&n)
-			if err != nil {
-				return time.Time{}, false, fmt.Errorf("counting completions: %w", err)
-			}
-			if n >= want {
-				return now, false, nil
-			}
-		}
-		if now.After(deadline) {
-			return now, true, nil
-		}
-		if now.Sub(lastLog) >= 2*time.Second {
-			log.Info("workload: waiting for completions", "published", msgs, "expected", want)
-			lastLog = now
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, false, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// doneSettled reports whether the schedulers' completion consumer has applied every message of the
-// DONE stream, and how many messages the stream holds.
-func doneSettled(ctx context.Context, js jetstream.JetStream, ns string) (bool, uint64, error) {
-	st, err := js.Stream(ctx, events.StreamDone(ns))
-	if err != nil {
-		return false, 0, fmt.Errorf("reading stream %s: %w", events.StreamDone(ns), err)
-	}
-	si, err := st.Info(ctx)
-	if err != nil {
-		return false, 0, fmt.Errorf("reading stream %s: %w", events.StreamDone(ns), err)
-	}
-	c, err := st.Consumer(ctx, complete.DurableName)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return false, si.State.Msgs, nil
-	}
-	if err != nil {
-		return false, 0, fmt.Errorf("reading consumer %s: %w", complete.DurableName, err)
-	}
-	ci, err := c.Info(ctx)
-	if err != nil {
-		return false, 0, fmt.Errorf("reading consumer %s: %w", complete.DurableName, err)
-	}
-	return ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream >= si.State.LastSeq, si.State.Msgs, nil
 }

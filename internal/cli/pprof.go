@@ -13,7 +13,7 @@ import (
 
 // PprofEnv names the environment variable that makes a binary serve Go's profiles
 // (/debug/pprof/) on the address it holds, e.g. 127.0.0.1:6060: for profiling a process under
-// load (agatebench's intake workload sets it). Unset, nothing listens.
+// load (agatebench sets it on its scheduler and worker processes). Unset, nothing listens.
 const PprofEnv = "AGATE_PPROF_ADDR"
 
 // ServePprof serves the profiles on $AGATE_PPROF_ADDR until ctx ends; it does nothing when the

@@ -54,6 +54,10 @@ type Config struct {
 	// faster, at the price of losing data if the machine crashes.
 	Fsync bool
 
+	// Preload names server libraries loaded at start (shared_preload_libraries), e.g.
+	// pg_stat_statements for a benchmark that reads it. Empty: none, PostgreSQL's default.
+	Preload []string
+
 	// Logger receives progress messages. nil discards them.
 	Logger *slog.Logger
 }
@@ -66,6 +70,7 @@ type Cluster struct {
 	dataDir string
 	tempDir string // removed by Stop; "" when DataDir was given
 	fsync   bool
+	preload []string
 	logger  *slog.Logger
 
 	mu   sync.Mutex
@@ -98,7 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{binDir: binDir, owner: owner, fsync: cfg.Fsync, logger: logger}
+	c := &Cluster{binDir: binDir, owner: owner, fsync: cfg.Fsync, preload: cfg.Preload, logger: logger}
 
 	if cfg.DataDir == "" {
 		// Our own temporary parent, which we can make reachable for the
@@ -469,6 +474,9 @@ fsync = %s
 synchronous_commit = %s
 full_page_writes = %s
 `, port, socketDir, onOff, onOff, onOff)
+	if len(c.preload) > 0 {
+		conf += fmt.Sprintf("shared_preload_libraries = '%s'\n", strings.Join(c.preload, ","))
+	}
 	if err := c.writeOwnedFile(filepath.Join(c.dataDir, confFile), []byte(conf)); err != nil {
 		return fmt.Errorf("write PostgreSQL settings: %w", err)
 	}
