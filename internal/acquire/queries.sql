@@ -13,9 +13,16 @@ order by t.next_fire_time, t.priority desc
 limit $4;
 
 -- name: MarkAcquired
+-- Key by key through the primary key, whatever the statistics (see internal/fire's LoadForFire).
+with c as (
+    select k.tid, u.nft
+    from unnest($2::text[], $3::text[], $4::timestamptz[]) as u(g, n, nft)
+    cross join lateral (select ctid as tid from triggers x
+                        where x.sched_name = $1 and x.trigger_group = u.g and x.trigger_name = u.n limit 1) k
+)
 update triggers t set state = 'ACQUIRED'
-from unnest($2::text[], $3::text[], $4::timestamptz[]) as c(g, n, nft)
-where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n
+from c
+where t.ctid = any(array(select tid from c)) and t.ctid = c.tid
   and t.state = 'WAITING' and t.next_fire_time = c.nft
 returning t.trigger_group, t.trigger_name;
 

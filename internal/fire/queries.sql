@@ -1,31 +1,44 @@
 -- name: LoadForFire
+-- Key lists are looked up one key at a time through a LATERAL subquery that cannot be flattened
+-- (LIMIT 1): a plain join lets a planner whose statistics lag behind a burst ("the namespace has
+-- 33 triggers") hash the whole namespace instead (docs/performance.md, "Plans").
 select t.trigger_group, t.trigger_name, t.state, t.next_fire_time, t.prev_fire_time, t.times_triggered,
        t.schedule, coalesce(t.calendar_name, ''), t.data, coalesce(t.trace_context, ''),
        j.job_type, j.data, j.timeout_ms, j.persist_data
 from unnest($2::text[], $3::text[]) as c(g, n)
-join triggers t on t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n
-join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name;
+cross join lateral (select * from triggers t
+                    where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n limit 1) t
+cross join lateral (select * from job_details j
+                    where j.sched_name = $1 and j.job_group = t.job_group and j.job_name = t.job_name limit 1) j;
 
 -- name: UpdateTriggers
--- Guarded by the state and next fire time the claim was made on (funnyzpc/quartz's CAS). The
--- expected state comes per row from the key list rather than as a constant: a constant lets the
--- planner trust statistics that lag behind a burst ("no trigger is ACQUIRED") and scan the whole
--- namespace once per key; as a join column, the key list drives primary-key lookups.
+-- Guarded by the state and next fire time the claim was made on (funnyzpc/quartz's CAS). Each
+-- key finds its row's ctid by primary key (LATERAL … LIMIT 1, see LoadForFire), and the update
+-- reads exactly those ctids (a TID scan), so no statistics can turn the key list into a scan of
+-- the namespace.
+with c as (
+    select k.tid, u.*
+    from unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[], $8::timestamptz[], $9::text[])
+        as u(g, n, state, next, prev, times, old_next, old_state)
+    cross join lateral (select ctid as tid from triggers x
+                        where x.sched_name = $1 and x.trigger_group = u.g and x.trigger_name = u.n limit 1) k
+)
 update triggers t
 set state = c.state, next_fire_time = c.next, prev_fire_time = c.prev, times_triggered = c.times
-from unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[], $8::timestamptz[], $9::text[])
-    as c(g, n, state, next, prev, times, old_next, old_state)
-where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n
+from c
+where t.ctid = any(array(select tid from c)) and t.ctid = c.tid
   and t.state = c.old_state and t.next_fire_time = c.old_next
 returning t.trigger_group, t.trigger_name;
 
 -- name: BlockOthers
 -- Quartz: when a non-concurrent job fires, its other triggers wait until it completes.
+-- Per job through triggers_job (OFFSET 0 keeps the subquery a per-key lookup, see LoadForFire).
 update triggers t
 set state = case t.state when 'PAUSED' then 'PAUSED_BLOCKED' else 'BLOCKED' end
 from unnest($2::text[], $3::text[]) as j(g, n)
-where t.sched_name = $1 and t.job_group = j.g and t.job_name = j.n
-  and t.state in ('WAITING', 'ACQUIRED', 'PAUSED');
+cross join lateral (select ctid as tid from triggers x
+                    where x.sched_name = $1 and x.job_group = j.g and x.job_name = j.n offset 0) k
+where t.ctid = k.tid and t.state in ('WAITING', 'ACQUIRED', 'PAUSED');
 
 -- name: MarkExecuting
 -- Keyed by fire id: a claim fires only while its own fired row is still ACQUIRED, and only while

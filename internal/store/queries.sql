@@ -42,8 +42,10 @@ returning t.trigger_group, t.trigger_name;
 -- Quartz's ERROR state: a trigger whose schedule can no longer be computed stops firing, so it
 -- cannot stall its partition, until an operator replaces it.
 update triggers t set state = 'ERROR'
-from unnest($2::text[], $3::text[]) as k(g, n)
-where t.sched_name = $1 and t.trigger_group = k.g and t.trigger_name = k.n
+from unnest($2::text[], $3::text[]) as c(g, n)
+cross join lateral (select ctid as tid from triggers x
+                    where x.sched_name = $1 and x.trigger_group = c.g and x.trigger_name = c.n limit 1) k
+where t.ctid = k.tid
 returning t.trigger_group, t.trigger_name;
 
 -- name: InsertSettings
@@ -76,27 +78,34 @@ returning entry_id, trigger_group, trigger_name, job_group, job_name, nonconcurr
 
 -- name: ReleaseBlocked
 -- Quartz: when a non-concurrent job's execution ends, its blocked triggers may fire again.
+-- Key lists in this file are looked up key by key (LATERAL subqueries that cannot be flattened,
+-- then a join on ctid), whatever the statistics: see internal/fire's LoadForFire.
 update triggers t
 set state = case t.state when 'PAUSED_BLOCKED' then 'PAUSED' else 'WAITING' end
 from unnest($2::text[], $3::text[]) as j(g, n)
-where t.sched_name = $1 and t.job_group = j.g and t.job_name = j.n
-  and t.state in ('BLOCKED', 'PAUSED_BLOCKED')
+cross join lateral (select ctid as tid from triggers x
+                    where x.sched_name = $1 and x.job_group = j.g and x.job_name = j.n offset 0) k
+where t.ctid = k.tid and t.state in ('BLOCKED', 'PAUSED_BLOCKED')
 returning t.trigger_group, t.trigger_name;
 
 -- name: DeleteCompleteTriggers
--- The state is a join column, not a constant, so lagging statistics ("no trigger is COMPLETE")
--- cannot turn the key list into a scan of the namespace per key (see internal/fire's UpdateTriggers).
 delete from triggers t
 using unnest($2::text[], $3::text[], $4::text[]) as c(g, n, state)
-where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n and t.state = c.state;
+cross join lateral (select ctid as tid from triggers x
+                    where x.sched_name = $1 and x.trigger_group = c.g and x.trigger_name = c.n limit 1) k
+where t.ctid = k.tid and t.state = c.state;
 
 -- name: DeleteFinishedJobs
 -- A non-durable job with no trigger left goes too (Quartz's removeTrigger).
+-- OFFSET 0 keeps NOT EXISTS a per-job probe of triggers_job rather than an anti-join that may
+-- hash the namespace's triggers.
 delete from job_details j
 using unnest($2::text[], $3::text[]) as c(g, n)
-where j.sched_name = $1 and j.job_group = c.g and j.job_name = c.n and not j.durable
+cross join lateral (select ctid as tid from job_details x
+                    where x.sched_name = $1 and x.job_group = c.g and x.job_name = c.n limit 1) k
+where j.ctid = k.tid and not j.durable
   and not exists (select 1 from triggers t
-                  where t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name)
+                  where t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name offset 0)
 returning j.job_group, j.job_name;
 
 -- name: UpdateMisfired

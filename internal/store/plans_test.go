@@ -1,0 +1,119 @@
+package store_test
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/store"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// The statements of the fire and completion paths look their key lists up key by key, through
+// primary keys or triggers_job, even on tables that have grown since their last ANALYZE. A
+// burst is scheduled seconds before it fires, before autovacuum analyzes anything: with plain
+// joins the planner believed a namespace of 20,000 triggers held 33 and hashed all of them for
+// every batch of 500 keys (docs/performance.md, "Plans").
+func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
+	ctx := t.Context()
+	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	const ns, n = "plans", 20000
+	for _, q := range []string{
+		`alter table triggers set (autovacuum_enabled = false)`,
+		`alter table job_details set (autovacuum_enabled = false)`,
+		`insert into job_details (sched_name, job_group, job_name, job_type) select 'plans', 'g', 'j' || i, 'noop' from generate_series(1, 20000) i`,
+		`insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_name, kind, schedule, start_time, next_fire_time, state)
+		 select 'plans', 'g', 't' || i, 'g', 'j' || i, 'simple', '{}', now(), now(), 'WAITING' from generate_series(1, 20000) i`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var analyzed bool
+	if err := pool.QueryRow(ctx, `select last_analyze is not null or last_autoanalyze is not null
+		from pg_stat_user_tables where relname = 'triggers'`).Scan(&analyzed); err != nil || analyzed {
+		t.Fatalf("triggers analyzed %v (err %v): the test needs a table without statistics", analyzed, err)
+	}
+
+	const k = 500
+	groups, names, jobs, texts := make([]string, k), make([]string, k), make([]string, k), make([]string, k)
+	times := make([]string, k)
+	for i := range k {
+		groups[i], names[i], jobs[i], texts[i], times[i] = "g", "t"+strconv.Itoa(i+1), "j"+strconv.Itoa(i+1), "WAITING", "2026-01-01T00:00:00Z"
+	}
+	ints := make([]int32, k)
+	read := func(path string) store.Queries {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store.ParseQueries(string(b))
+	}
+	fire, acquire, own := read("../fire/queries.sql"), read("../acquire/queries.sql"), read("queries.sql")
+	for _, c := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"fire LoadForFire", fire.Get("LoadForFire"), []any{ns, groups, names}},
+		{"fire UpdateTriggers", fire.Get("UpdateTriggers"), []any{ns, groups, names, texts, times, times, ints, times, texts}},
+		{"fire BlockOthers", fire.Get("BlockOthers"), []any{ns, groups, jobs}},
+		{"acquire MarkAcquired", acquire.Get("MarkAcquired"), []any{ns, groups, names, times}},
+		{"store ReleaseBlocked", own.Get("ReleaseBlocked"), []any{ns, groups, jobs}},
+		{"store DeleteCompleteTriggers", own.Get("DeleteCompleteTriggers"), []any{ns, groups, names, texts}},
+		{"store DeleteFinishedJobs", own.Get("DeleteFinishedJobs"), []any{ns, groups, jobs}},
+		{"store SetTriggerError", own.Get("SetTriggerError"), []any{ns, groups, names}},
+	} {
+		var plan []byte
+		if err := pool.QueryRow(ctx, "explain (format json) "+c.sql, c.args...).Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		// Joins of any kind are fine between key lists and the rows found for them; what must not
+		// happen is reading a table other than by TID or by a whole key.
+		for _, node := range planNodes(t, plan) {
+			wholeKey := strings.Contains(node.IndexCond, " AND ")
+			switch {
+			case node.Relation == "":
+			case node.Type == "Seq Scan", node.Type == "Bitmap Heap Scan",
+				strings.HasPrefix(node.Type, "Index") && !wholeKey:
+				t.Errorf("%s scans %s rather than probing keys: %s %s\n%s", c.name, node.Relation, node.Type, node.IndexCond, plan)
+			}
+		}
+	}
+}
+
+type planNode struct {
+	Type      string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	IndexCond string     `json:"Index Cond"`
+	Plans     []planNode `json:"Plans"`
+}
+
+// planNodes flattens an EXPLAIN (FORMAT JSON) plan.
+func planNodes(t *testing.T, plan []byte) []planNode {
+	t.Helper()
+	var top []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal(plan, &top); err != nil || len(top) != 1 {
+		t.Fatalf("reading plan: %v\n%s", err, plan)
+	}
+	var out []planNode
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		out = append(out, n)
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(top[0].Plan)
+	return out
+}
