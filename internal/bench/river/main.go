@@ -112,7 +112,7 @@ func insertMany(ctx context.Context, client *river.Client[pgx.Tx], n, batch, con
 				res, err := client.InsertMany(ctx, params)
 				if err != nil {
 					mu.Lock()
-					firstErr = cmpErr(firstErr, fmt.Errorf("InsertMany: %w", err))
+					firstErr = keepFirst(firstErr, fmt.Errorf("InsertMany: %w", err))
 					mu.Unlock()
 					continue
 				}
@@ -130,7 +130,8 @@ func insertMany(ctx context.Context, client *river.Client[pgx.Tx], n, batch, con
 	return ids, firstErr
 }
 
-func cmpErr(a, b error) error {
+// keepFirst is a unless it is nil.
+func keepFirst(a, b error) error {
 	if a != nil {
 		return a
 	}
