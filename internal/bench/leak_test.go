@@ -3,10 +3,9 @@ package bench
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
-// TestMain fails the package when its tests leave goroutines running.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LeakOptions()...) }
+// TestMain stops the shared test servers and fails the package when its tests leave goroutines
+// running.
+func TestMain(m *testing.M) { testenv.Main(m) }

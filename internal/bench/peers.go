@@ -73,7 +73,13 @@ func (b *bench) runRiverBurst(ctx context.Context, n, procs int) (PeerResult, er
 	if err != nil {
 		return PeerResult{}, err
 	}
-	exe := filepath.Join(os.TempDir(), "agatebench-river")
+	// A directory of its own: another run on the machine may be building the same binary.
+	bin, err := os.MkdirTemp("", "agatebench-river-")
+	if err != nil {
+		return PeerResult{}, err
+	}
+	defer os.RemoveAll(bin)
+	exe := filepath.Join(bin, "river")
 	build := exec.CommandContext(ctx, "go", "build", "-o", exe, ".")
 	build.Dir = dir
 	if out, err := build.CombinedOutput(); err != nil {

@@ -46,9 +46,10 @@ import static org.quartz.TriggerBuilder.newTrigger;
 
 /**
  * The burst workload on clustered Quartz. {@code --mode driver} (the default) creates Quartz's
- * tables, starts {@code --nodes} scheduler JVMs ({@code --mode node}), schedules the triggers,
- * waits until every one has completed and prints the figures; a node runs one clustered
- * scheduler until its standard input closes, then writes its records.
+ * tables, schedules the jobs and their triggers, starts {@code --nodes} scheduler JVMs
+ * ({@code --mode node}), moves every trigger to T0 = now + {@code --lead-ms}, waits until every
+ * one has completed and prints the figures; a node runs one clustered scheduler until its
+ * standard input closes, then writes its records.
  *
  * <p>The database user and password come from QUARTZ_DB_USER and QUARTZ_DB_PASSWORD, so that
  * they are not on any command line. Lines starting with @ on standard error mark the moments
