@@ -123,7 +123,7 @@ func (b *bench) runQuartzBurst(ctx context.Context, n, nodes int) (PeerResult, e
 	if err != nil {
 		return PeerResult{}, err
 	}
-	jdbcURL, user, password, err := jdbcURL(dbURL)
+	jdbc, user, password, err := jdbcURL(dbURL)
 	if err != nil {
 		return PeerResult{}, err
 	}
@@ -138,7 +138,7 @@ func (b *bench) runQuartzBurst(ctx context.Context, n, nodes int) (PeerResult, e
 	}
 	timeout := max(b.o.Timeout, 10*time.Minute)
 	cmd := exec.CommandContext(ctx, java, "-cp", classes+":"+strings.Join(cp, ":"), "agatebench.Burst",
-		"--jdbc-url", jdbcURL, "--n", strconv.Itoa(n), "--nodes", strconv.Itoa(nodes),
+		"--jdbc-url", jdbc, "--n", strconv.Itoa(n), "--nodes", strconv.Itoa(nodes),
 		"--lead-ms", "5000", "--timeout-ms", strconv.FormatInt(timeout.Milliseconds(), 10))
 	cmd.Env = append(os.Environ(), "QUARTZ_DB_USER="+user, "QUARTZ_DB_PASSWORD="+password)
 	return b.runPeer(cmd, "quartz", n, nodes)
