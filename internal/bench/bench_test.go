@@ -76,9 +76,6 @@ func TestProcCPU(t *testing.T) {
 // and DONE streams) at N=1000 and checks what must hold whatever the machine's speed: every
 // fire completed once, none doubled.
 func TestBurstBlackBox(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binaries and runs processes")
-	}
 	c := validConfig()
 	c.DatabaseURL = testenv.Database(t)
 	c.Output = "json"

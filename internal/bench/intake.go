@@ -409,13 +409,13 @@ func fetchTo(ctx context.Context, url, path string) error {
 }
 
 // runRiver measures River's InsertMany on a fresh database of the same server with the runner
-// in internal/bench/riverinsert (a module of its own, run with go run).
+// in internal/bench/river (a module of its own, built with go build), in its insert mode.
 func (b *bench) runRiver(ctx context.Context) (IntakeResult, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
-		return IntakeResult{}, errors.New("cannot locate internal/bench/riverinsert")
+		return IntakeResult{}, errors.New("cannot locate internal/bench/river")
 	}
-	dir := filepath.Join(filepath.Dir(file), "riverinsert")
+	dir := filepath.Join(filepath.Dir(file), "river")
 	b.seq++
 	dbURL, err := b.inf.createDB(ctx, fmt.Sprintf("agatebench_%d_river", b.seq), nil)
 	if err != nil {
@@ -426,17 +426,17 @@ func (b *bench) runRiver(ctx context.Context) (IntakeResult, error) {
 		pids["postgres"] = postmasterPIDs(b.inf.pg.DataDir())
 	}
 	// Built first, so that the measurement is not the compiler's.
-	exe := filepath.Join(os.TempDir(), "agatebench-riverinsert")
+	exe := filepath.Join(os.TempDir(), "agatebench-river")
 	build := exec.CommandContext(ctx, "go", "build", "-o", exe, ".")
 	build.Dir = dir
 	if out, err := build.CombinedOutput(); err != nil {
 		return IntakeResult{}, fmt.Errorf("building %s: %w\n%s", dir, err, out)
 	}
 	before := cpuSeconds(pids)
-	out, err := exec.CommandContext(ctx, exe, "--database-url", dbURL, "--n", strconv.Itoa(b.o.IntakeN),
+	out, err := exec.CommandContext(ctx, exe, "--mode", "insert", "--database-url", dbURL, "--n", strconv.Itoa(b.o.IntakeN),
 		"--batch", "1000", "--concurrency", "2").Output()
 	if err != nil {
-		return IntakeResult{}, fmt.Errorf("riverinsert: %w", err)
+		return IntakeResult{}, fmt.Errorf("river --mode insert: %w", err)
 	}
 	after := cpuSeconds(pids)
 	var res struct {
@@ -446,7 +446,7 @@ func (b *bench) runRiver(ctx context.Context) (IntakeResult, error) {
 		JobsPerSec float64 `json:"jobsPerSec"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
-		return IntakeResult{}, fmt.Errorf("riverinsert printed %q: %w", out, err)
+		return IntakeResult{}, fmt.Errorf("river --mode insert printed %q: %w", out, err)
 	}
 	r := IntakeResult{Path: "river", Commands: res.Jobs, InFlight: res.Batch, Seconds: res.Seconds, PerSec: res.JobsPerSec}
 	if len(pids) > 0 {

@@ -6,6 +6,6 @@ import (
 	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
-// TestMain stops the shared PostgreSQL after the tests and fails the package when they leave
-// goroutines running.
+// TestMain stops the shared test servers and fails the package when its tests leave goroutines
+// running.
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,4 +1,4 @@
-module github.com/agatesched/agate/internal/bench/riverinsert
+module github.com/agatesched/agate/internal/bench/river
 
 go 1.26.0
 
