@@ -35,9 +35,9 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 .PHONY: bench
-bench: ## black-box: burst of 20k on 2 and 4 schedulers, steady 5000/s on 2, failover (a scheduler killed); PROFILE=dir for CPU profiles
+bench: ## black-box: burst of 20k on 2 and 4 schedulers, steady 5000/s on 2, failover (a scheduler killed), then the burst on River and Quartz side by side; PROFILE=dir for CPU profiles
 	@./scripts/ensure-postgres.sh
-	$(GO) run ./cmd/agatebench $(if $(PROFILE),--profile $(PROFILE))
+	$(GO) run ./cmd/agatebench --compare $(if $(PROFILE),--profile $(PROFILE))
 
 .PHONY: bench-intake
 bench-intake: ## command intake: schedule_job commands/s on cmd (JetStream) and api, 1/2/4 scheduler processes, beside River's InsertMany

@@ -86,6 +86,12 @@ Workloads:
             api subject with --intake-in-flight requests in flight; then River's InsertMany of
             as many jobs on the same server.
 
+Side by side. --compare then runs the burst (--burst-n jobs due at one instant, a no-op job) on
+River v0.51.1 (internal/bench/river, a module of its own: FetchCooldown 1ms, FetchPollInterval
+10ms, MaxWorkers 100, ANALYZE before T0) and Quartz 2.3.2 clustered (internal/bench/quartz,
+compiled with javac against Debian's libquartz2-java; skipped with the install line when absent),
+with --compare-procs processes each, on the same PostgreSQL, and prints the ratios.
+
 --profile DIR writes a CPU profile (--profile-seconds long, from T0) of every scheduler and
 worker process of each workload through its pprof listener (` + cli.PprofEnv + `).
 Progress goes to stderr; the report (markdown, or JSON with -o json) to stdout. Run nothing
@@ -125,11 +131,13 @@ else heavy on the machine while timing.`,
 	f.IntVar(&o.FailoverRate, "failover-rate", 1000, "failover: fires/s demanded while one scheduler is killed")
 	f.DurationVar(&o.FailoverDuration, "failover-duration", 45*time.Second, "failover: how long each trigger repeats (n1 is killed after a third; recovery takes up to 2 × check-in + 7.5 s)")
 	f.IntVar(&o.FailoverNodes, "failover-nodes", 2, "failover: scheduler processes (at least 2)")
+	f.BoolVar(&o.Compare, "compare", false, "after Agate's workloads, run the same burst (--burst-n) on River v0.51.1 (internal/bench/river, fetched by go) and, when Java and Debian's libquartz2-java are installed, on Quartz 2.3.2 clustered (internal/bench/quartz), on the same PostgreSQL, and print the ratios")
+	f.IntVar(&o.CompareProcs, "compare-procs", 2, "--compare: River worker processes and Quartz scheduler JVMs")
 	f.IntVar(&o.IntakeN, "intake-n", 20000, "intake: schedule_job commands per measurement")
 	f.StringVar(&intakeNodes, "intake-nodes", "1,2,4", "intake: scheduler process counts to run, comma-separated")
 	f.IntVar(&o.IntakeWindow, "intake-window", 1000, "intake: cmd path, commands published and not yet acknowledged by JetStream at most")
 	f.IntVar(&o.IntakeInFlight, "intake-in-flight", 64, "intake: api path, requests in flight")
-	f.BoolVar(&o.IntakeRiver, "intake-river", true, "intake: measure River v0.51.1's InsertMany on the same server (internal/bench/riverinsert, fetched by go)")
+	f.BoolVar(&o.IntakeRiver, "intake-river", true, "intake: measure River v0.51.1's InsertMany on the same server (internal/bench/river --mode insert, fetched by go)")
 	f.IntVar(&o.TriggersPerCommand, "triggers-per-command", 1, "triggers (of one job) per schedule_job command while scheduling (at most 100)")
 	f.IntVar(&o.InFlight, "in-flight", 64, "schedule_job requests in flight while scheduling")
 	f.IntVar(&o.Workers, "workers", 2, "worker processes per workload")

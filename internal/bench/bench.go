@@ -39,6 +39,11 @@ type Config struct {
 	FailoverRate     int
 	FailoverDuration time.Duration
 	FailoverNodes    int
+	// Compare runs the burst (BurstN jobs due at one instant) on River and, when Java and
+	// Debian's Quartz are installed, on Quartz clustered, with CompareProcs worker processes
+	// (River) or scheduler JVMs (Quartz) on the same PostgreSQL, after Agate's workloads.
+	Compare      bool
+	CompareProcs int
 	// Intake: commands per measurement, node counts, the cmd path's publish window, the api
 	// path's requests in flight, whether River's InsertMany is measured beside.
 	IntakeN        int
@@ -82,6 +87,9 @@ func (o Config) Validate() error {
 		}
 		if w == "intake" && (o.IntakeN <= 0 || o.IntakeWindow <= 0 || o.IntakeInFlight <= 0 || len(o.IntakeNodes) == 0) {
 			return errors.New("intake: --intake-n, --intake-window, --intake-in-flight and --intake-nodes must be positive")
+		}
+		if o.Compare && o.CompareProcs <= 0 {
+			return errors.New("--compare-procs must be positive")
 		}
 		if w == "failover" && (o.FailoverNodes < 2 || o.FailoverRate <= 0 || o.FailoverDuration < 3*time.Second) {
 			return errors.New("failover: --failover-nodes must be at least 2 (one is killed), --failover-rate positive and --failover-duration at least 3s")
@@ -160,6 +168,13 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 			}
 			rep.Results = append(rep.Results, r)
 		}
+	}
+	if o.Compare {
+		peers, skipped, err := b.comparePeers(ctx)
+		if err != nil {
+			return err
+		}
+		rep.Peers, rep.PeersSkipped = peers, skipped
 	}
 	rep.Env = describeEnv(inf, o)
 	if o.Output == "json" {

@@ -17,6 +17,8 @@ type Report struct {
 	Env     envInfo        `json:"environment"`
 	Results []Result       `json:"results"`
 	Peers   []Result       `json:"peers,omitempty"`
+	// PeersSkipped says why a peer of --compare did not run (Quartz without Java).
+	PeersSkipped []string `json:"peersSkipped,omitempty"`
 	Intake  []IntakeResult `json:"intake,omitempty"`
 }
 
@@ -83,6 +85,9 @@ func writeReport(w io.Writer, rep Report) {
 	rows := append(slices.Clone(rep.Results), rep.Peers...)
 	if len(rows) > 0 {
 		writeResults(w, rows)
+	}
+	if len(rep.Peers) > 0 || len(rep.PeersSkipped) > 0 {
+		writeComparison(w, rep)
 	}
 	for _, r := range rep.Results {
 		writeDetails(w, r)
