@@ -14,12 +14,12 @@ import (
 // Report is everything one run prints: Agate's results, optional peer rows (other schedulers'
 // runs of the same workloads, listed beside them) and the intake measurements.
 type Report struct {
-	Env     envInfo        `json:"environment"`
-	Results []Result       `json:"results"`
-	Peers   []Result       `json:"peers,omitempty"`
+	Env     envInfo  `json:"environment"`
+	Results []Result `json:"results"`
+	Peers   []Result `json:"peers,omitempty"`
 	// PeersSkipped says why a peer of --compare did not run (Quartz without Java).
-	PeersSkipped []string `json:"peersSkipped,omitempty"`
-	Intake  []IntakeResult `json:"intake,omitempty"`
+	PeersSkipped []string       `json:"peersSkipped,omitempty"`
+	Intake       []IntakeResult `json:"intake,omitempty"`
 }
 
 // envInfo describes where the run happened.
