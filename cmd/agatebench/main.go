@@ -52,17 +52,21 @@ Scheduling. The bench is a producer: schedule_job requests on agate.<ns>.api.sch
 that scheduling ends before it (3s + 1.5 x the time the commands take at the rate of calibration
 commands like them, sent and deleted first) unless --lead is given.
 
-Observation. The bench is a subscriber: ordered consumers on the namespace's FIRED and DONE
-streams record per fire its fireId, trigger, scheduledTime, firedTime, node (the event's
-source), startedTime, finishedTime and when the bench saw the completion. A run ends when every
-expected (trigger, scheduled time) has a JobCompleted (or --timeout after the last due time),
-then waits until both streams are consumed and quiet for 1s to catch late duplicates.
+Observation. The bench reads the namespace's FIRED and DONE streams as any subscriber could,
+but after the fact, so that watching costs the measured machine next to nothing: while the
+workload runs it polls the DONE stream's message count every 10ms (as River's harness polls
+its completed count); once it holds a message per expected fire, ordered consumers read both
+streams and record per fire its fireId, trigger, scheduledTime, firedTime, node (the event's
+source), startedTime, finishedTime and when JetStream stored the completion. A run ends when
+every expected (trigger, scheduled time) has a JobCompleted (or --timeout after the last due
+time); the streams are read again once quiet for 1s, to count late duplicates. CPU figures end
+when the count was reached, before the bench reads anything.
 
 Figures:
   fires/s       burst: fires / (last firedTime - T0); steady, failover: fires / (last - first firedTime)
-  e2e/s         expected fires / (last completion seen - T0)
+  e2e/s         expected fires / (last completion stored - T0)
   lateness      p50 / p99 / max against scheduledTime of: fire = firedTime, start = startedTime,
-                e2e = when the bench saw the completion
+                e2e = when JetStream stored the JobCompleted
   dup           (trigger, scheduled time) with more than one fireId, plus fireIds completed
                 more than once
   missing       expected (trigger, scheduled time) without JobCompleted

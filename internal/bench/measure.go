@@ -32,10 +32,10 @@ type Result struct {
 	Failed      int `json:"failed"`
 	// FiresPerSec: burst = fires / (last firedTime − T0); others = fires / (last − first firedTime).
 	FiresPerSec float64 `json:"firesPerSec"`
-	// E2EPerSec = expected fires / (every completion seen by the bench − T0).
+	// E2EPerSec = expected fires / (every completion stored in JetStream − T0).
 	E2EPerSec float64 `json:"e2ePerSec"`
 	// FireLate = firedTime − scheduledTime; StartLate = startedTime − scheduledTime; E2ELate =
-	// the moment the bench saw the completion − scheduledTime.
+	// the moment JetStream stored the completion − scheduledTime.
 	FireLate  Lateness `json:"fireLateness"`
 	StartLate Lateness `json:"startLateness"`
 	E2ELate   Lateness `json:"e2eLateness"`

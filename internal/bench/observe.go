@@ -15,11 +15,15 @@ import (
 	"github.com/agatesched/agate/internal/events"
 )
 
-// observer consumes a namespace's FIRED and DONE streams with ordered consumers, as any
-// subscriber could, and records every fire and completion with the moment the bench saw it.
+// observer reads a namespace's FIRED and DONE streams, as any subscriber could, and records
+// every fire and completion with the moment JetStream stored it. It reads them after the fact
+// (the streams keep every message for days): while the workload runs it only polls the DONE
+// stream's message count, as River's harness polls its completed count, so that watching costs
+// the machine it measures next to nothing.
 type observer struct {
+	js       jetstream.JetStream
+	ns       string
 	expected map[string]time.Time
-	stops    []func()
 
 	mu        sync.Mutex
 	fires     map[string]*fireObs  // by fireId
@@ -27,11 +31,9 @@ type observer struct {
 	dones     map[string][]doneObs // JobCompleted by fireId
 	failed    int                  // JobFailed
 	completed map[string]bool      // expected keys with a JobCompleted
-	all       chan struct{}        // closed once every expected key completed
-	allAt     time.Time
-	last      time.Time         // last message seen
-	seq       map[string]uint64 // stream → last sequence consumed
-	bad       int               // messages that did not decode
+	allAt     time.Time            // when the last expected key's first completion was stored
+	seq       map[string]uint64    // stream → last sequence read
+	bad       int                  // messages that did not decode
 }
 
 type fireObs struct {
@@ -46,47 +48,92 @@ type doneObs struct {
 	scheduled time.Time
 	started   time.Time
 	finished  time.Time
-	seen      time.Time
+	stored    time.Time // when JetStream stored the JobCompleted
 }
 
-// observe starts consuming the FIRED and DONE streams of ns from their first message.
-func observe(ctx context.Context, js jetstream.JetStream, ns string, expected map[string]time.Time) (*observer, error) {
-	o := &observer{expected: expected, fires: map[string]*fireObs{}, byKey: map[string][]string{},
-		dones: map[string][]doneObs{}, completed: map[string]bool{}, all: make(chan struct{}), seq: map[string]uint64{}}
-	for _, st := range []string{events.StreamFired(ns), events.StreamDone(ns)} {
-		cons, err := js.OrderedConsumer(ctx, st, jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			o.stop()
-			return nil, fmt.Errorf("consuming stream %s: %w", st, err)
-		}
-		cc, err := cons.Consume(func(m jetstream.Msg) { o.handle(st, m) })
-		if err != nil {
-			o.stop()
-			return nil, fmt.Errorf("consuming stream %s: %w", st, err)
-		}
-		o.stops = append(o.stops, cc.Stop)
-	}
-	return o, nil
+// pollEvery is how often the observer asks JetStream for the DONE stream's message count.
+const pollEvery = 10 * time.Millisecond
+
+// observe prepares the reading of the FIRED and DONE streams of ns.
+func observe(js jetstream.JetStream, ns string, expected map[string]time.Time) *observer {
+	return &observer{js: js, ns: ns, expected: expected, fires: map[string]*fireObs{}, byKey: map[string][]string{},
+		dones: map[string][]doneObs{}, completed: map[string]bool{}, seq: map[string]uint64{}}
 }
 
-func (o *observer) stop() {
-	for _, s := range o.stops {
-		s()
+// streams are the two streams the observer reads.
+func (o *observer) streams() []string {
+	return []string{events.StreamFired(o.ns), events.StreamDone(o.ns)}
+}
+
+// lastSeqs is the last sequence number and message count of each stream.
+func (o *observer) lastSeqs(ctx context.Context) (map[string]uint64, uint64, error) {
+	last := map[string]uint64{}
+	var doneMsgs uint64
+	for _, st := range o.streams() {
+		s, err := o.js.Stream(ctx, st)
+		if err != nil {
+			return nil, 0, fmt.Errorf("looking up stream %s: %w", st, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, 0, fmt.Errorf("reading stream %s: %w", st, err)
+		}
+		last[st] = info.State.LastSeq
+		if st == events.StreamDone(o.ns) {
+			doneMsgs = info.State.Msgs
+		}
 	}
-	o.stops = nil
+	return last, doneMsgs, nil
+}
+
+// collect reads each stream from where it stopped up to the sequence last gives.
+func (o *observer) collect(ctx context.Context, last map[string]uint64) error {
+	for _, st := range o.streams() {
+		o.mu.Lock()
+		from := o.seq[st] + 1
+		o.mu.Unlock()
+		if last[st] < from {
+			continue
+		}
+		cons, err := o.js.OrderedConsumer(ctx, st, jetstream.OrderedConsumerConfig{
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+		if err != nil {
+			return fmt.Errorf("reading stream %s: %w", st, err)
+		}
+		for o.seqOf(st) < last[st] {
+			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+			if err != nil {
+				return fmt.Errorf("reading stream %s: %w", st, err)
+			}
+			n := 0
+			for m := range batch.Messages() {
+				o.handle(st, m)
+				n++
+			}
+			if err := batch.Error(); err != nil && n == 0 {
+				return fmt.Errorf("reading stream %s at %d of %d: %w", st, o.seqOf(st), last[st], err)
+			}
+		}
+	}
+	return nil
+}
+
+func (o *observer) seqOf(stream string) uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.seq[stream]
 }
 
 func (o *observer) handle(stream string, m jetstream.Msg) {
-	now := time.Now()
 	md, err := m.Metadata()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.last = now
+	var stored time.Time
 	if err == nil {
 		if md.Sequence.Stream <= o.seq[stream] {
-			return // redelivered after a consumer reset
+			return // delivered again after a consumer reset
 		}
-		o.seq[stream] = md.Sequence.Stream
+		o.seq[stream], stored = md.Sequence.Stream, md.Timestamp
 	}
 	if strings.HasSuffix(stream, "_FIRED") {
 		var f events.JobFired
@@ -118,70 +165,83 @@ func (o *observer) handle(stream string, m jetstream.Msg) {
 	key := fireKey(r.Trigger.Group, r.Trigger.Name, r.ScheduledTime)
 	id := r.FireID.String()
 	o.dones[id] = append(o.dones[id], doneObs{key: key, scheduled: r.ScheduledTime, started: r.StartedTime,
-		finished: r.FinishedTime, seen: now})
+		finished: r.FinishedTime, stored: stored})
 	if _, ok := o.expected[key]; ok && !o.completed[key] {
 		o.completed[key] = true
-		if len(o.completed) == len(o.expected) {
-			o.allAt = now
-			close(o.all)
+		if stored.After(o.allAt) {
+			o.allAt = stored
 		}
 	}
 }
 
-// wait waits until every expected fire has a completion or the deadline passes, and returns
-// when the last one was seen.
-func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logger) (time.Time, bool) {
-	tick := time.NewTicker(2 * time.Second)
+// complete reports whether every expected fire has a completion.
+func (o *observer) complete() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.completed) == len(o.expected)
+}
+
+// wait polls the DONE stream until it holds as many messages as fires are expected, then reads
+// both streams; it goes on until every expected fire has a completion or the deadline passes,
+// and returns when JetStream stored the last one. counted runs once, when the count is first
+// reached (or at the deadline), before the bench reads anything: the run's end for CPU figures.
+func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logger, counted func()) (time.Time, bool, error) {
+	once := sync.OnceFunc(counted)
+	defer once()
+	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
+	lastLog := time.Now()
 	for {
+		last, doneMsgs, err := o.lastSeqs(ctx)
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		if doneMsgs >= uint64(len(o.expected)) {
+			once()
+			if err := o.collect(ctx, last); err != nil {
+				return time.Time{}, false, err
+			}
+			if o.complete() {
+				o.mu.Lock()
+				defer o.mu.Unlock()
+				return o.allAt, false, nil
+			}
+		}
+		if time.Since(lastLog) > 2*time.Second {
+			lastLog = time.Now()
+			log.Info("workload: waiting for completions", "done_messages", doneMsgs, "expected", len(o.expected))
+		}
 		select {
-		case <-o.all:
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			return o.allAt, false
-		case <-timer.C:
-			return time.Now(), true
 		case <-ctx.Done():
-			return time.Now(), true
+			return time.Now(), true, nil
 		case <-tick.C:
-			o.mu.Lock()
-			log.Info("workload: waiting for completions", "fired", len(o.fires), "completed", len(o.completed),
-				"expected", len(o.expected))
-			o.mu.Unlock()
+		}
+		if time.Now().After(deadline) {
+			once()
+			return time.Now(), true, o.collect(ctx, last)
 		}
 	}
 }
 
-// settle waits until the bench has consumed every message the two streams hold and none came for
-// quiet, at most limit: duplicates published late are then counted.
-func (o *observer) settle(ctx context.Context, js jetstream.JetStream, ns string, quiet, limit time.Duration) {
+// settle waits until neither stream got a message for quiet (at most limit), then reads them
+// to their end: duplicates published late are counted too.
+func (o *observer) settle(ctx context.Context, quiet, limit time.Duration) error {
 	end := time.Now().Add(limit)
-	for time.Now().Before(end) && ctx.Err() == nil {
-		caught := true
-		for _, st := range []string{events.StreamFired(ns), events.StreamDone(ns)} {
-			s, err := js.Stream(ctx, st)
-			if err != nil {
-				caught = false
-				break
-			}
-			info, err := s.Info(ctx)
-			o.mu.Lock()
-			seen := o.seq[st]
-			o.mu.Unlock()
-			if err != nil || info.State.LastSeq > seen {
-				caught = false
-			}
-		}
-		o.mu.Lock()
-		idle := time.Since(o.last)
-		o.mu.Unlock()
-		if caught && idle >= quiet {
-			return
-		}
-		sleepUntil(ctx, time.Now().Add(100*time.Millisecond))
+	prev, _, err := o.lastSeqs(ctx)
+	if err != nil {
+		return err
 	}
+	still := time.Now()
+	for time.Now().Before(end) && time.Since(still) < quiet && sleepUntil(ctx, time.Now().Add(100*time.Millisecond)) {
+		cur, _, err := o.lastSeqs(ctx)
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(cur, prev) {
+			prev, still = cur, time.Now()
+		}
+	}
+	return o.collect(ctx, prev)
 }
 
 // result computes the figures of the run from what was observed.
@@ -215,7 +275,7 @@ func (o *observer) result(s spec, t0 time.Time) Result {
 		d := ds[0]
 		comps = append(comps, d)
 		startLate = append(startLate, d.started.Sub(d.scheduled))
-		e2eLate = append(e2eLate, d.seen.Sub(d.scheduled))
+		e2eLate = append(e2eLate, d.stored.Sub(d.scheduled))
 	}
 	r.Duplicates = r.DuplicateFires + r.DuplicateCompletions
 	r.Completed = len(o.completed)

@@ -119,8 +119,8 @@ func writeResults(w io.Writer, rows []Result) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "fires/s: burst = fires / (last JobFired.firedTime − T0); steady and failover = fires / (last − first firedTime). "+
-		"e2e/s = expected fires / (last completion seen by the bench − T0).")
-	fmt.Fprintln(w, "Lateness against scheduledTime: fire = JobFired.firedTime, start = JobCompleted.startedTime, e2e = when the bench saw the JobCompleted on the DONE stream.")
+		"e2e/s = expected fires / (last completion stored on the DONE stream − T0).")
+	fmt.Fprintln(w, "Lateness against scheduledTime: fire = JobFired.firedTime, start = JobCompleted.startedTime, e2e = when JetStream stored the JobCompleted (its stream timestamp).")
 	fmt.Fprintln(w, "dup = (trigger, scheduled time) fired with more than one fireId + fireIds completed more than once; missing = expected (trigger, scheduled time) with no JobCompleted.")
 	fmt.Fprintln(w, "commits/fire, writes/fire = pg_stat_database xact_commit, tup_inserted+tup_updated+tup_deleted of the workload database from T0 to the end ÷ fires (background work included).")
 	fmt.Fprintln(w)

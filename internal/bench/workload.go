@@ -183,11 +183,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	obs, err := observe(ctx, js, ns, expected)
-	if err != nil {
-		return Result{}, err
-	}
-	defer obs.stop()
+	obs := observe(js, ns, expected)
 	log.Info("workload: scheduling", "commands", len(cmds), "triggers_per_command", perCmd,
 		"fires_expected", len(expected), "t0_in", time.Until(t0).Round(time.Millisecond))
 	if err := schedule(ctx, nc, ns, cmds, b.o.InFlight, log); err != nil {
@@ -239,9 +235,14 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	}
 
 	deadline := t0.Add(s.lastDue() + b.o.Timeout)
-	allSeen, timedOut := obs.wait(ctx, deadline, log)
+	var cpuAfter map[string]float64
+	var countedAt time.Time
+	allSeen, timedOut, err := obs.wait(ctx, deadline, log, func() { cpuAfter, countedAt = cpuSeconds(pids), time.Now() })
 	if ctx.Err() != nil {
 		return Result{}, ctx.Err()
+	}
+	if err != nil {
+		return Result{}, err
 	}
 	if timedOut {
 		log.Warn("workload: timed out waiting for completions", "timeout", b.o.Timeout)
@@ -250,8 +251,9 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	}
 	// Late duplicates, and PostgreSQL's statistics (a backend reports them within a second of
 	// going idle), have until the streams are quiet.
-	obs.settle(ctx, js, ns, time.Second, 10*time.Second)
-	cpuAfter := cpuSeconds(pids)
+	if err := obs.settle(ctx, time.Second, 10*time.Second); err != nil {
+		return Result{}, err
+	}
 	dbAfter, err := readDBStats(ctx, admin)
 	if err != nil {
 		return Result{}, err
@@ -281,7 +283,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 		return Result{}, err
 	}
 	r.CPU = cpuDelta(cpuBefore, cpuAfter)
-	r.MeasuredSec = dbAfter.at.Sub(dbBefore.at).Seconds()
+	r.MeasuredSec = countedAt.Sub(dbBefore.at).Seconds() // the CPU figures' interval
 	if at := killed.Load(); at > 0 {
 		obs.failover(&r, time.Unix(0, at), t0)
 	}
