@@ -80,6 +80,7 @@ type Acquirer struct {
 	firer  Firer
 	queue  Queue
 	next   int // the partition the next pass starts with, so passes spread over partitions
+	busy   time.Duration // the wait after a pass that found every partition held (doubles while it lasts)
 
 	TestSignals TestSignals
 }
@@ -111,11 +112,22 @@ func (a *Acquirer) Run(ctx context.Context) error {
 		}
 		a.TestSignals.Pass.Signal(res)
 		wait := a.cfg.PollInterval
+		allBusy := err == nil && res.Busy == a.cfg.Locks.Count()
+		if !allBusy {
+			a.busy = 0
+		}
 		switch {
 		case err != nil:
 			a.cfg.Logger.WarnContext(ctx, "acquire failed; retrying", slog.Any("error", err))
 		case res.Full:
 			continue // more may be due right now
+		case allBusy:
+			// Other transactions held every partition (a completion batch takes those of all its
+			// jobs): nothing was read, so nothing says when triggers are due. Look again soon,
+			// backing off while it lasts, rather than after PollInterval: a burst's fires would
+			// wait for a second.
+			a.busy = min(max(2*a.busy, busyRetryMin), busyRetryMax)
+			wait = min(wait, a.busy)
 		case !res.NextWaiting.IsZero():
 			// Sleep until the earliest waiting trigger enters the fire-ahead window.
 			wait = min(wait, max(0, res.NextWaiting.Sub(a.cfg.Now())-a.cfg.FireAhead))
@@ -146,7 +158,14 @@ type Result struct {
 	FiredNow    int       // of which fired in an acquire transaction
 	Full        bool      // some partition had a full batch: more may be due
 	NextWaiting time.Time // earliest next fire time still WAITING, zero when none
+	Busy        int       // partitions skipped because another transaction held them
 }
+
+// The wait after a pass that found every partition held, doubling while that lasts.
+const (
+	busyRetryMin = 5 * time.Millisecond
+	busyRetryMax = 200 * time.Millisecond
+)
 
 // RunOnce is one acquire pass: a transaction per lock partition that no other node holds (one
 // transaction in global mode).
@@ -165,6 +184,7 @@ func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
 		}
 		total.Claimed += res.Claimed
 		total.FiredNow += res.FiredNow
+		total.Busy += res.Busy
 		total.Full = total.Full || res.Claimed == a.cfg.Batch
 		if !res.NextWaiting.IsZero() && (total.NextWaiting.IsZero() || res.NextWaiting.Before(total.NextWaiting)) {
 			total.NextWaiting = res.NextWaiting
@@ -182,8 +202,12 @@ func (a *Acquirer) runPartition(ctx context.Context, p int) (Result, error) {
 	err := a.outbox.InTx(ctx, func(tx *outbox.Tx) error {
 		later, res = nil, Result{}
 		got, err := a.cfg.Locks.TryPartition(ctx, tx, p)
-		if err != nil || !got {
+		if err != nil {
 			return err
+		}
+		if !got {
+			res.Busy = 1
+			return nil
 		}
 		if err := store.CheckMember(ctx, tx, a.cfg.Namespace, a.cfg.InstanceID, a.cfg.Member); err != nil {
 			return err

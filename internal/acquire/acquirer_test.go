@@ -154,3 +154,41 @@ func TestRunWakesOnSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A pass that finds every partition held (a completion batch takes those of all its jobs) reads
+// nothing, so nothing says when triggers are due: the loop looks again within milliseconds, not
+// after its poll interval. A burst's fires used to wait up to a second behind each batch.
+func TestRunRetriesSoonWhenEveryPartitionIsHeld(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	clock := testenv.NewClock(t0)
+	h := &handoff{}
+	a := acquire.New(acquire.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks,
+		PollInterval: time.Hour, Now: clock.Now, Wake: wake.New()}, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), h, h)
+	a.TestSignals.Pass.Init()
+	f.Job(t, key("j"), false)
+	f.Trigger(t, key("due"), key("j"), testenv.OneShot(), t0.Add(-time.Second))
+	tx, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := f.Locks.All(t.Context(), tx); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx) }()
+	if res := a.TestSignals.Pass.Wait(t); res.Busy != 4 || res.Claimed != 0 {
+		t.Fatalf("pass while every partition is held: %+v, want 4 busy and nothing claimed", res)
+	}
+	_ = tx.Rollback(t.Context())
+	// No wake, no poll for an hour: only the retry can claim the trigger.
+	a.TestSignals.Pass.WaitUntil(t, func(r acquire.Result) bool { return r.Claimed == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(h.now) != 1 {
+		t.Fatalf("fired %d claims, want the due trigger", len(h.now))
+	}
+}

@@ -230,7 +230,7 @@ func (o *Outbox) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		for {
-			n, err := o.SweepOnce(ctx)
+			_, passed, err := o.sweepOnce(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -238,8 +238,8 @@ func (o *Outbox) Run(ctx context.Context) error {
 				o.cfg.Logger.WarnContext(ctx, "outbox sweep failed; will retry", slog.Any("error", err))
 				break
 			}
-			if n < o.cfg.SweepBatch {
-				break
+			if passed < o.cfg.SweepBatch {
+				break // caught up (or at a row still young)
 			}
 		}
 	}
@@ -327,8 +327,13 @@ func publish(ctx context.Context, js jetstream.JetStream, evs []events.Event) er
 // and that are older than SweepDelay, then advances the cursor. It returns how many it
 // published (0 when another node holds the cursor).
 func (o *Outbox) SweepOnce(ctx context.Context) (int, error) {
-	published := 0
-	err := store.InTx(ctx, o.pool, func(tx pgx.Tx) error {
+	published, _, err := o.sweepOnce(ctx)
+	return published, err
+}
+
+// sweepOnce is SweepOnce; it also returns how many rows the cursor passed.
+func (o *Outbox) sweepOnce(ctx context.Context) (published, passed int, err error) {
+	err = store.InTx(ctx, o.pool, func(tx pgx.Tx) error {
 		var lastXID string
 		var lastSeq int64
 		err := tx.QueryRow(ctx, queries.Get("LockCursor"), o.cfg.Namespace).Scan(&lastXID, &lastSeq)
@@ -338,7 +343,7 @@ func (o *Outbox) SweepOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return fmt.Errorf("reading outbox cursor: %w", err)
 		}
-		evs, xid, seq, err := o.unpublished(ctx, tx, lastXID, lastSeq)
+		evs, xid, seq, n, err := o.unpublished(ctx, tx, lastXID, lastSeq)
 		if err != nil || xid == "" {
 			return err
 		}
@@ -350,22 +355,22 @@ func (o *Outbox) SweepOnce(ctx context.Context) (int, error) {
 		if _, err := tx.Exec(ctx, queries.Get("AdvanceCursor"), o.cfg.Namespace, xid, seq); err != nil {
 			return fmt.Errorf("advancing outbox cursor: %w", err)
 		}
-		published = len(evs)
+		published, passed = len(evs), n
 		return nil
 	})
 	if err == nil {
 		o.TestSignals.Swept.Signal(published)
 	}
-	return published, err
+	return published, passed, err
 }
 
 // unpublished reads the events after the cursor, up to the first one not vouched for that is
-// younger than SweepDelay: it returns those not vouched for, and the position of the last row
-// passed ("" when none).
-func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (evs []events.Event, xid string, seq int64, err error) {
+// younger than SweepDelay: it returns those not vouched for, the position of the last row
+// passed ("" when none) and how many rows it passed.
+func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (evs []events.Event, xid string, seq int64, passed int, err error) {
 	rows, err := tx.Query(ctx, queries.Get("SweepBatch"), o.cfg.Namespace, lastXID, lastSeq, o.cfg.SweepBatch)
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("reading outbox: %w", err)
+		return nil, "", 0, 0, fmt.Errorf("reading outbox: %w", err)
 	}
 	defer rows.Close()
 	cutoff := time.Now().Add(-o.cfg.SweepDelay)
@@ -373,13 +378,13 @@ func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, las
 		var e events.Event
 		var rowSeq int64
 		var rowXID string
-		var vouched bool
+		var ours, vouched bool
 		var data []byte
-		if err := rows.Scan(&rowSeq, &rowXID, &vouched, &e.ID, &e.Type, &e.Source, &e.Aggregate, &e.AggregateID,
+		if err := rows.Scan(&rowSeq, &rowXID, &ours, &vouched, &e.ID, &e.Type, &e.Source, &e.Aggregate, &e.AggregateID,
 			&e.Topic, &e.Time, &data, &e.TraceParent); err != nil {
-			return nil, "", 0, fmt.Errorf("reading outbox row: %w", err)
+			return nil, "", 0, 0, fmt.Errorf("reading outbox row: %w", err)
 		}
-		if !vouched {
+		if ours && !vouched {
 			if e.Time.After(cutoff) {
 				break // the rest is young: its own node is publishing it
 			}
@@ -387,9 +392,10 @@ func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, las
 			evs = append(evs, e)
 		}
 		seq, xid = rowSeq, rowXID
+		passed++
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", 0, fmt.Errorf("reading outbox: %w", err)
+		return nil, "", 0, 0, fmt.Errorf("reading outbox: %w", err)
 	}
-	return evs, xid, seq, nil
+	return evs, xid, seq, passed, nil
 }
