@@ -79,7 +79,7 @@ type Acquirer struct {
 	outbox *outbox.Outbox
 	firer  Firer
 	queue  Queue
-	next   int // the partition the next pass starts with, so passes spread over partitions
+	next   int           // the partition the next pass starts with, so passes spread over partitions
 	busy   time.Duration // the wait after a pass that found every partition held (doubles while it lasts)
 
 	TestSignals TestSignals
