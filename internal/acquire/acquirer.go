@@ -112,8 +112,11 @@ func (a *Acquirer) Run(ctx context.Context) error {
 		}
 		a.TestSignals.Pass.Signal(res)
 		wait := a.cfg.PollInterval
-		allBusy := err == nil && res.Busy == a.cfg.Locks.Count()
-		if !allBusy {
+		now := a.cfg.Now()
+		// Triggers may be due in partitions other transactions held; or, every partition being
+		// held, nothing was read and nothing says when triggers are due.
+		heldDue := err == nil && res.Busy > 0 && (res.NextWaiting.IsZero() || !res.NextWaiting.After(now))
+		if !heldDue {
 			a.busy = 0
 		}
 		switch {
@@ -121,21 +124,22 @@ func (a *Acquirer) Run(ctx context.Context) error {
 			a.cfg.Logger.WarnContext(ctx, "acquire failed; retrying", slog.Any("error", err))
 		case res.Full:
 			continue // more may be due right now
-		case allBusy:
-			// Other transactions held every partition (a completion batch takes those of all its
-			// jobs): nothing was read, so nothing says when triggers are due. Look again soon,
-			// backing off while it lasts, rather than after PollInterval: a burst's fires would
-			// wait for a second.
+		case heldDue:
+			// Look again soon, backing off while it lasts, rather than after PollInterval (a
+			// completion batch takes the partitions of all its jobs: a burst's fires waited a
+			// second behind each) or at once (a loop of empty transactions).
 			a.busy = min(max(2*a.busy, busyRetryMin), busyRetryMax)
 			wait = min(wait, a.busy)
 		case !res.NextWaiting.IsZero():
-			// Sleep until the earliest waiting trigger enters the fire-ahead window.
-			wait = min(wait, max(0, res.NextWaiting.Sub(a.cfg.Now())-a.cfg.FireAhead))
+			// Sleep until the earliest waiting trigger enters the fire-ahead window, but at least
+			// a quarter of the window: what comes due meanwhile is still claimed ahead of its
+			// time, and a steady flow of triggers is claimed in slices of 50 ms, not in a
+			// transaction per partition per trigger.
+			wait = min(wait, max(a.cfg.FireAhead/4, res.NextWaiting.Sub(now)-a.cfg.FireAhead))
 		}
 		// A command wakes the loop only for a trigger due before this planned pass (the pass at
 		// now+wait claims every trigger due up to FireAhead after it); one scheduled while this
 		// pass ran is planned for here.
-		now := a.cfg.Now()
 		if due := a.cfg.Wake.Planned(now.Add(wait)); !due.IsZero() {
 			wait = min(wait, max(0, due.Sub(now)-a.cfg.FireAhead))
 		}

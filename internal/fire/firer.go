@@ -82,54 +82,66 @@ type drop struct {
 // ClaimDropped event; a trigger whose schedule can no longer be computed is put in ERROR with a
 // TriggerError event instead of failing the transaction and stalling its partition.
 func (f *Firer) Fire(ctx context.Context, tx *outbox.Tx, claims []store.Claim) (int, error) {
+	n, _, err := f.FireNext(ctx, tx, claims)
+	return n, err
+}
+
+// FireNext is Fire; it also returns the earliest next fire time of the fired triggers (zero
+// when none fires again), for the acquire loop to plan by.
+func (f *Firer) FireNext(ctx context.Context, tx *outbox.Tx, claims []store.Claim) (fired int, next time.Time, err error) {
 	if len(claims) == 0 {
-		return 0, nil
+		return 0, time.Time{}, nil
 	}
 	now := f.cfg.Now()
 	claims, drops, err := f.markExecuting(ctx, tx, claims, now)
 	if err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	rows, err := f.load(ctx, tx, claims)
 	if err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	cals, err := store.LoadCalendars(ctx, tx, f.cfg.Namespace, calendarNames(rows))
 	if err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	fires, broken, dropped := plan(claims, rows, cals)
 	drops = append(drops, dropped...)
 	fires, lost, err := f.updateTriggers(ctx, tx, fires)
 	if err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	drops = append(drops, lost...)
 	errEvs, err := f.setError(ctx, tx, broken, now)
 	if err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	for _, b := range broken {
 		drops = append(drops, drop{claim: b.claim, reason: events.DropTriggerError, held: true})
 	}
 	if err := f.blockOthers(ctx, tx, fires); err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	if err := f.recordFired(ctx, tx, fires, drops, now); err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	evs, err := f.jobFired(ctx, fires, now)
 	if err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	dropEvs, err := f.dropped(drops, now)
 	if err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	tx.Append(evs...)
 	tx.Append(errEvs...)
 	tx.Append(dropEvs...)
-	return len(fires), nil
+	for _, fi := range fires {
+		if t := fi.trig.NextFireTime; !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	return len(fires), next, nil
 }
 
 // markExecuting moves the fired rows of claims made ahead from ACQUIRED to EXECUTING, keyed by

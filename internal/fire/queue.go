@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/outbox"
@@ -34,7 +35,8 @@ type QueueConfig struct {
 	Logger   *slog.Logger
 	// Now is the node clock; tests inject one.
 	Now func() time.Time
-	// Wake is notified after a fire: a fired trigger's next fire may already be due.
+	// Wake is told the earliest next fire time of the triggers fired: it may come before the
+	// acquire loop's next pass.
 	Wake *wake.Signal
 	// Member is the node's membership: claims made under an epoch the node no longer holds are
 	// not fired (the cluster released them when it declared the node failed).
@@ -147,10 +149,14 @@ func (q *Queue) takeDue() ([]store.Claim, time.Time) {
 	return due, next
 }
 
-// fireDue fires due claims in one transaction per lock partition they were made under. A node
-// never drops a claim: the claims of a transaction that failed because the database is
-// restarting or unreachable are kept and fired when it answers again; those of a transaction
-// that failed for another reason are given back, so another pass or node fires them.
+// fireParallel is how many partitions' fire transactions run at once: they take different
+// locks, and a due claim of the last partition should not wait for all the others' commits.
+const fireParallel = 4
+
+// fireDue fires due claims in one transaction per lock partition they were made under, several
+// at once. A node never drops a claim: the claims of a transaction that failed because the
+// database is restarting or unreachable are kept and fired when it answers again; those of a
+// transaction that failed for another reason are given back, so another pass or node fires them.
 func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 	byPartition := map[int][]store.Claim{}
 	fenced := 0
@@ -165,39 +171,54 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 		q.cfg.Logger.WarnContext(ctx, "dropped claims made before this node was declared failed; the cluster released them",
 			slog.Int("claims", fenced))
 	}
+	var mu sync.Mutex // guards retry, lastErr and next
 	var retry []store.Claim
 	var lastErr error
+	var next time.Time
+	var g errgroup.Group
+	g.SetLimit(fireParallel)
 	for p, group := range byPartition {
-		fired := 0
-		err := q.outbox.InTx(ctx, func(tx *outbox.Tx) error {
-			if err := q.cfg.Locks.Partition(ctx, tx, p); err != nil {
+		g.Go(func() error {
+			fired, groupNext := 0, time.Time{}
+			err := q.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+				if err := q.cfg.Locks.Partition(ctx, tx, p); err != nil {
+					return err
+				}
+				if err := store.CheckMember(ctx, tx, q.cfg.Namespace, q.cfg.InstanceID, q.cfg.Member); err != nil {
+					return err
+				}
+				var err error
+				fired, groupNext, err = q.firer.FireNext(ctx, tx, group)
 				return err
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				q.TestSignals.Fired.Signal(fired)
+				if !groupNext.IsZero() && (next.IsZero() || groupNext.Before(next)) {
+					next = groupNext
+				}
+			case errors.Is(err, store.ErrFenced):
+				q.cfg.Logger.WarnContext(ctx, "not firing: this node was declared failed; the cluster released its claims",
+					slog.Int("claims", len(group)))
+			case ctx.Err() != nil:
+				retry = append(retry, group...) // released by Run on its way out
+			case store.IsTransient(err):
+				retry, lastErr = append(retry, group...), err
+			default:
+				q.cfg.Logger.WarnContext(ctx, "fire transaction failed; giving its claims back",
+					slog.Int("claims", len(group)), slog.Any("error", err))
+				q.release(ctx, group, events.ReleaseFireFailed)
 			}
-			if err := store.CheckMember(ctx, tx, q.cfg.Namespace, q.cfg.InstanceID, q.cfg.Member); err != nil {
-				return err
-			}
-			var err error
-			fired, err = q.firer.Fire(ctx, tx, group)
-			return err
+			return nil
 		})
-		switch {
-		case err == nil:
-			q.TestSignals.Fired.Signal(fired)
-		case errors.Is(err, store.ErrFenced):
-			q.cfg.Logger.WarnContext(ctx, "not firing: this node was declared failed; the cluster released its claims",
-				slog.Int("claims", len(group)))
-		case ctx.Err() != nil:
-			retry = append(retry, group...) // released by Run on its way out
-		case store.IsTransient(err):
-			retry, lastErr = append(retry, group...), err
-		default:
-			q.cfg.Logger.WarnContext(ctx, "fire transaction failed; giving its claims back",
-				slog.Int("claims", len(group)), slog.Any("error", err))
-			q.release(ctx, group, events.ReleaseFireFailed)
-		}
 	}
+	_ = g.Wait() // each transaction's outcome is handled above
 	q.retryLater(ctx, retry, lastErr)
-	q.cfg.Wake.Notify()
+	if !next.IsZero() {
+		q.cfg.Wake.NotifyDue(next)
+	}
 }
 
 // retryLater puts claims whose fire transaction could not run back in the queue, to be fired

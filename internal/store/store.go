@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,14 +20,25 @@ import (
 	"github.com/agatesched/agate/internal/retry"
 )
 
-// Open connects a pool to the database at url and checks that it answers.
+// PoolSizeDefault is the connections Open allows when neither its caller nor the URL
+// (pool_max_conns) says: a node's loops (acquire, fire queue, completions, commands, queries,
+// recovery, sweep) each hold one at times, and the fire queue runs a transaction per lock
+// partition at once. pgxpool's own default, the number of CPUs (at least 4), made them queue
+// for connections on small machines.
+const PoolSizeDefault = 16
+
+// Open connects a pool to the database at url and checks that it answers. maxConns 0 keeps the
+// URL's pool_max_conns, or PoolSizeDefault.
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("invalid DATABASE_URL: %w", err)
 	}
-	if maxConns > 0 {
+	switch {
+	case maxConns > 0:
 		cfg.MaxConns = maxConns
+	case !strings.Contains(url, "pool_max_conns"):
+		cfg.MaxConns = PoolSizeDefault
 	}
 	// Plan every statement with its actual parameters. The key lists Agate passes as arrays, and
 	// trigger states whose statistics lag behind a burst (all WAITING a second ago, all ACQUIRED
