@@ -177,15 +177,25 @@ select count(*) from fired_triggers where sched_name = $1 and job_group = $2 and
 select job_group, job_name from fired_triggers where sched_name = $1 and entry_id = $2 and state = 'EXECUTING';
 
 -- name: SeenOutcomes
-select command_id, outcome from commands_seen where sched_name = $1 and command_id = any($2);
+-- Key by key through the primary key, as ExistingKeys.
+select s.command_id, s.outcome
+from unnest($2::text[]) as k(id)
+cross join lateral (select command_id, outcome from commands_seen
+                    where sched_name = $1 and command_id = k.id limit 1) s;
 
 -- name: ExistingKeys
--- Which of the given job keys ($2, $3) and trigger keys ($4, $5) exist (bulk.go).
-select 'job', job_group, job_name from job_details
-where sched_name = $1 and (job_group, job_name) in (select * from unnest($2::text[], $3::text[]))
+-- Which of the given job keys ($2, $3) and trigger keys ($4, $5) exist (bulk.go). Key by key
+-- through the primary keys (LATERAL … LIMIT 1, see internal/fire's LoadForFire): as a semi-join
+-- the planner could hash the whole namespace for every batch of commands.
+select 'job', j.job_group, j.job_name
+from unnest($2::text[], $3::text[]) as k(g, n)
+cross join lateral (select job_group, job_name from job_details
+                    where sched_name = $1 and job_group = k.g and job_name = k.n limit 1) j
 union all
-select 'trigger', trigger_group, trigger_name from triggers
-where sched_name = $1 and (trigger_group, trigger_name) in (select * from unnest($4::text[], $5::text[]));
+select 'trigger', t.trigger_group, t.trigger_name
+from unnest($4::text[], $5::text[]) as k(g, n)
+cross join lateral (select trigger_group, trigger_name from triggers
+                    where sched_name = $1 and trigger_group = k.g and trigger_name = k.n limit 1) t;
 
 -- name: BulkSchedule
 -- schedule_job of new jobs with new triggers, in bulk (bulk.go): remembers each command's outcome
