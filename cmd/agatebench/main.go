@@ -49,7 +49,7 @@ deployment gets.
 
 Scheduling. The bench is a producer: schedule_job requests on agate.<ns>.api.schedule_job,
 --triggers-per-command triggers (of one job) each, --in-flight requests at once. T0 is chosen so
-that scheduling ends before it (3s + 1.5 x the time the commands take at the rate of calibration
+that scheduling ends before it (3s + 3 x the time the commands take at the rate of calibration
 commands like them, sent and deleted first) unless --lead is given.
 
 Observation. The bench reads the namespace's FIRED and DONE streams as any subscriber could,
@@ -149,7 +149,7 @@ else heavy on the machine while timing.`,
 	f.Int32Var(&o.PoolSize, "pool-size", 0, "PostgreSQL connections per scheduler (pool_max_conns in its DATABASE_URL); 0 = the scheduler's default")
 	f.StringVar(&o.LockMode, "lock-mode", "partitioned", "scheduler --lock-mode: global (Quartz-exact) or partitioned")
 	f.IntVar(&o.Partitions, "partitions", node.PartitionsDefault, "scheduler --partitions with --lock-mode partitioned")
-	f.DurationVar(&o.Lead, "lead", 0, "time from the start of scheduling to T0; 0 = 3s + 1.5 × the time the commands take at the calibrated rate")
+	f.DurationVar(&o.Lead, "lead", 0, "time from the start of scheduling to T0; 0 = 3s + 3 × the time the commands take at the calibrated rate")
 	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "per workload: how long after its last due time to wait for completions")
 	f.StringVar(&o.Profile, "profile", "", "write CPU profiles of every scheduler and worker process into this directory (from T0; intake: per measurement)")
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 5, "length of each CPU profile")

@@ -320,7 +320,8 @@ func deleteStreams(js jetstream.JetStream, ns string, log *slog.Logger) {
 // calibrateLead sends commands like the workload's (their triggers due in a day): a first round
 // (up to --in-flight) to warm the nodes' connections and caches, then up to twice as many, timed. It deletes
 // their jobs and returns a lead long enough to send the workload's commands before T0: 3 s +
-// 1.5 × the time they take at the timed rate.
+// 3 × the time they take at the timed rate (the rate falls as the tables grow, and a checkpoint
+// during scheduling slows it further: 1.5 × let 20,000 commands run past T0 in one run of three).
 func (b *bench) calibrateLead(ctx context.Context, nc *nats.Conn, ns string, s spec) (time.Duration, error) {
 	// Small next to the workload: the calibration's rows, deleted, stay behind as dead tuples.
 	n := s.commands(b.o.TriggersPerCommand)
@@ -345,7 +346,7 @@ func (b *bench) calibrateLead(ctx context.Context, nc *nats.Conn, ns string, s s
 	if err := sendAll(ctx, nc, events.Subjects(ns).API("delete_job"), dels, b.o.InFlight, b.log); err != nil {
 		return 0, fmt.Errorf("calibration: deleting its jobs: %w", err)
 	}
-	return 3*time.Second + time.Duration(1.5*float64(s.commands(b.o.TriggersPerCommand))*float64(per)), nil
+	return 3*time.Second + time.Duration(3*float64(s.commands(b.o.TriggersPerCommand))*float64(per)), nil
 }
 
 // schedule sends the schedule_job commands over the api subject, inFlight requests at once, as
