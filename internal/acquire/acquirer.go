@@ -190,11 +190,19 @@ func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
 		total.FiredNow += res.FiredNow
 		total.Busy += res.Busy
 		total.Full = total.Full || res.Claimed == a.cfg.Batch
-		if !res.NextWaiting.IsZero() && (total.NextWaiting.IsZero() || res.NextWaiting.Before(total.NextWaiting)) {
-			total.NextWaiting = res.NextWaiting
-		}
 	}
-	return total, nil
+	if total.Busy == n {
+		return total, nil // nothing was read: the loop retries soon
+	}
+	// Once per pass, outside the partitions' transactions: it reads every partition, and the
+	// partial index it walks holds the dead entries of every trigger that fired since the last
+	// vacuum (up to 4 ms a call at 1,000 fires/s), which a lock holder should not wait for.
+	err := a.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+		var err error
+		total.NextWaiting, err = a.nextWaiting(ctx, tx)
+		return err
+	})
+	return total, err
 }
 
 // runPartition is one acquire transaction in lock partition p; it does nothing when another
@@ -237,8 +245,7 @@ func (a *Acquirer) runPartition(ctx context.Context, p int) (Result, error) {
 			return err
 		}
 		res.Claimed = len(claims)
-		res.NextWaiting, err = a.nextWaiting(ctx, tx)
-		return err
+		return nil
 	})
 	// The queue gets the claims made ahead even when the transaction failed: a commit whose answer
 	// was lost (the database went away) may have stored them, and a node must not leave a claim
