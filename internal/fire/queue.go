@@ -24,6 +24,10 @@ import (
 // MaxBatchDefault is the default of QueueConfig.MaxBatch.
 const MaxBatchDefault = 500
 
+// Coalesce is how long after a claim is due the queue waits for others to fire with it. A fire
+// is never early; it may be this much later than it could have been.
+const Coalesce = 5 * time.Millisecond
+
 // QueueConfig configures a Queue.
 type QueueConfig struct {
 	Namespace  string
@@ -109,7 +113,10 @@ func (q *Queue) Run(ctx context.Context) error {
 		}
 		wait := time.Hour
 		if !next.IsZero() {
-			wait = next.Sub(q.cfg.Now())
+			// Wake a little after the earliest claim is due, to fire with it what comes due
+			// meanwhile: at 1,000 fires/s spread over the second a transaction per claim or two
+			// cost PostgreSQL 0.9 cores, and fire lateness with it.
+			wait = next.Sub(q.cfg.Now()) + Coalesce
 		}
 		t := time.NewTimer(wait)
 		select {
