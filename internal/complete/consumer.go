@@ -213,7 +213,7 @@ func (c *Consumer) apply(ctx context.Context, outs []Outcome, ok []jetstream.Msg
 
 func decode(m jetstream.Msg) (Outcome, error) {
 	var o Outcome
-	env, err := events.Decode(m.Data(), &o.Result)
+	env, err := events.DecodeRaw(m.Data(), &o.Result)
 	if err != nil {
 		return o, err
 	}

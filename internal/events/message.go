@@ -29,8 +29,27 @@ func Message(e Event) (*nats.Msg, error) {
 	return msg, nil
 }
 
-// Decode reads a CloudEvents message body into its envelope and data.
+// Decode reads a CloudEvents message body into its envelope and data (a pointer), in one pass:
+// the returned envelope's Data is nil (DecodeRaw keeps it). Parsing the envelope and then its
+// data again took 40 % of a worker's CPU in the benchmark.
 func Decode(body []byte, data any) (Envelope, error) {
+	var wire struct {
+		Envelope
+		Data any `json:"data"` // shadows Envelope.Data: decoded straight into the caller's value
+	}
+	wire.Data = data
+	if err := json.Unmarshal(body, &wire); err != nil {
+		return wire.Envelope, fmt.Errorf("event is not a CloudEvents JSON envelope with %T data: %w", data, err)
+	}
+	if _, err := uuid.Parse(wire.ID); err != nil {
+		return wire.Envelope, fmt.Errorf("event id %q is not a UUID", wire.ID)
+	}
+	return wire.Envelope, nil
+}
+
+// DecodeRaw is Decode for a caller that keeps the event's data as it came (Envelope.Data), to
+// log it unchanged.
+func DecodeRaw(body []byte, data any) (Envelope, error) {
 	var env Envelope
 	if err := json.Unmarshal(body, &env); err != nil {
 		return env, fmt.Errorf("event is not a CloudEvents JSON envelope: %w", err)

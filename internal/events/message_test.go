@@ -1,0 +1,42 @@
+package events
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Decode and DecodeRaw read what Message writes; only DecodeRaw keeps the data as it came, and
+// both reject a body that is not an envelope with readable data.
+func TestDecodeReadsWhatMessageWrites(t *testing.T) {
+	fired := JobFired{FireID: uuid.Must(uuid.NewV7()), Job: JobRef{Group: "g", Name: "j", Type: "noop"},
+		Trigger: Key{Group: "g", Name: "t"}, ScheduledTime: time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC)}
+	ev, err := New(TypeJobFired, Source("ns", "n1"), AggregateJob, "g.j", Subjects("ns").Fired("noop"), time.Now(), fired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := Message(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, decode := range map[string]func([]byte, any) (Envelope, error){"Decode": Decode, "DecodeRaw": DecodeRaw} {
+		var got JobFired
+		env, err := decode(msg.Data, &got)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if env.ID != ev.ID.String() || env.Type != TypeJobFired || env.Source != ev.Source || got.FireID != fired.FireID ||
+			got.Job != fired.Job || got.Trigger != fired.Trigger || !got.ScheduledTime.Equal(fired.ScheduledTime) {
+			t.Errorf("%s: envelope %+v, data %+v", name, env, got)
+		}
+		if raw := name == "DecodeRaw"; raw != (string(env.Data) == string(ev.Data)) {
+			t.Errorf("%s: Data = %s", name, env.Data)
+		}
+		for _, bad := range []string{`not json`, `{"id":"x","data":{}}`, `{"id":"` + ev.ID.String() + `","data":{"fireId":12}}`} {
+			if _, err := decode([]byte(bad), &got); err == nil {
+				t.Errorf("%s accepted %s", name, bad)
+			}
+		}
+	}
+}
