@@ -139,9 +139,6 @@ type Outcome struct {
 	Result events.JobResult
 }
 
-// applyParallel is how many partitions' completion transactions run at once.
-const applyParallel = 4
-
 // handle decodes msgs and applies the valid ones in a transaction per lock partition of their
 // jobs, several at once, acking each group after its commit. One transaction for the whole
 // batch took every partition its jobs hash to (all of them, in a burst), in order, waiting for
@@ -169,7 +166,7 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 		groups[p].outs, groups[p].msgs = append(groups[p].outs, o), append(groups[p].msgs, m)
 	}
 	var g errgroup.Group
-	g.SetLimit(applyParallel)
+	g.SetLimit(store.PartitionsAtOnce)
 	for _, gr := range groups {
 		g.Go(func() error {
 			c.apply(ctx, gr.outs, gr.msgs)

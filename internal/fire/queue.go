@@ -156,10 +156,6 @@ func (q *Queue) takeDue() ([]store.Claim, time.Time) {
 	return due, next
 }
 
-// fireParallel is how many partitions' fire transactions run at once: they take different
-// locks, and a due claim of the last partition should not wait for all the others' commits.
-const fireParallel = 4
-
 // fireDue fires due claims in one transaction per lock partition they were made under, several
 // at once. A node never drops a claim: the claims of a transaction that failed because the
 // database is restarting or unreachable are kept and fired when it answers again; those of a
@@ -183,7 +179,7 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 	var lastErr error
 	var next time.Time
 	var g errgroup.Group
-	g.SetLimit(fireParallel)
+	g.SetLimit(store.PartitionsAtOnce)
 	for p, group := range byPartition {
 		g.Go(func() error {
 			fired, groupNext := 0, time.Time{}
@@ -198,22 +194,27 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 				fired, groupNext, err = q.firer.FireNext(ctx, tx, group)
 				return err
 			})
-			mu.Lock()
-			defer mu.Unlock()
 			switch {
 			case err == nil:
 				q.TestSignals.Fired.Signal(fired)
+				mu.Lock()
 				if !groupNext.IsZero() && (next.IsZero() || groupNext.Before(next)) {
 					next = groupNext
 				}
+				mu.Unlock()
 			case errors.Is(err, store.ErrFenced):
 				q.cfg.Logger.WarnContext(ctx, "not firing: this node was declared failed; the cluster released its claims",
 					slog.Int("claims", len(group)))
 			case ctx.Err() != nil:
+				mu.Lock()
 				retry = append(retry, group...) // released by Run on its way out
+				mu.Unlock()
 			case store.IsTransient(err):
+				mu.Lock()
 				retry, lastErr = append(retry, group...), err
+				mu.Unlock()
 			default:
+				// A transaction of its own, outside mu: the other partitions' outcomes do not wait.
 				q.cfg.Logger.WarnContext(ctx, "fire transaction failed; giving its claims back",
 					slog.Int("claims", len(group)), slog.Any("error", err))
 				q.release(ctx, group, events.ReleaseFireFailed)

@@ -18,6 +18,11 @@ import (
 // between restarts without stranding a trigger.
 const Slots = 1024
 
+// PartitionsAtOnce is how many transactions of different lock partitions a loop (the fire queue,
+// the completion consumer) runs at once: they take different locks, and the last partition's
+// work should not wait for all the others' commits. It stays below the node's pool size.
+const PartitionsAtOnce = 4
+
 // Locks is the lock protocol of one namespace, in one of two modes (docs/architecture.md, "The lock protocol"):
 //
 //   - global (Partitions ≤ 1): one TRIGGER_ACCESS row serialises every acquire, fire,
