@@ -31,6 +31,10 @@ func main() {
 	context.AfterFunc(ctx, stop)
 	if err := rootCommand().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "scheduler:", err)
+		var st exitStatus
+		if errors.As(err, &st) {
+			os.Exit(st.code)
+		}
 		os.Exit(1)
 	}
 }
@@ -62,6 +66,7 @@ and publish a JobFired event per fire for workers to run.
 Commands:
   run      run a node (the default)
   migrate  apply database migrations and exit
+  replay   rebuild a namespace's tables from its event log and diff them against the live ones
   dev      all-in-one development cluster: embedded NATS, local PostgreSQL, a node, a worker
   nats-config  print the NATS account, users and permissions of one or more namespaces
 
@@ -101,7 +106,7 @@ OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no e
 	migrateCmd.Flags().StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL; required")
 	cli.BindEnv(migrateCmd.Flags(), "database-url", "DATABASE_URL")
 
-	root.AddCommand(runCmd, migrateCmd, devCommand(), natsConfigCommand())
+	root.AddCommand(runCmd, migrateCmd, replayCommand(), devCommand(), natsConfigCommand())
 	// "scheduler" alone runs a node, as "scheduler run" does.
 	root.RunE = runCmd.RunE
 	root.Flags().AddFlagSet(runCmd.Flags())

@@ -243,7 +243,15 @@ func (a *applyCtx) storeJob(ctx context.Context, job JobSpec, replace bool, time
 		job.Durable, job.Nonconcurrent, job.RequestsRecovery, timeoutMilli, jobData(job), job.PersistData); err != nil {
 		return exists, fmt.Errorf("storing job: %w", err)
 	}
-	return exists, nil
+	return exists, a.jobAdded(job, exists)
+}
+
+// jobAdded logs JobAdded for a job stored (or replaced) with its whole definition, which is
+// what replay stores in job_details.
+func (a *applyCtx) jobAdded(job JobSpec, replaced bool) error {
+	key := events.Key{Group: job.Group, Name: job.Name}
+	return a.event(events.TypeJobAdded, events.AggregateJob, key.String(), "job",
+		map[string]any{"job": job, "replaced": replaced, "commandId": a.commandID})
 }
 
 // jobData is the job's data as stored: {} when it has none.
@@ -362,7 +370,9 @@ func (a *applyCtx) triggerScheduled(job events.JobRef, r triggerRow) error {
 	key := events.Key{Group: r.Group, Name: r.Name}
 	return a.event(events.TypeTriggerScheduled, events.AggregateTrigger, key.String(), "trigger",
 		map[string]any{"trigger": key, "job": job, "commandId": a.commandID, "nextFireTime": r.Next,
-			"state": r.State, "schedule": json.RawMessage(r.Schedule)})
+			"state": r.State, "schedule": json.RawMessage(r.Schedule), "kind": r.Kind, "startTime": r.Start.UTC(),
+			"endTime": r.End, "calendar": r.Calendar, "priority": r.Priority, "misfireInstruction": r.Misfire,
+			"data": r.Data, "version": r.Version})
 }
 
 func (a *applyCtx) calendar(ctx context.Context, name *string, field string) (trigger.Calendar, error) {

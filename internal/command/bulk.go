@@ -152,6 +152,9 @@ run:
 				continue
 			}
 			a.tx = sp
+			if err := a.jobAdded(x.cand.c.Job, false); err != nil {
+				return err
+			}
 			for _, r := range x.rows {
 				if err := a.triggerScheduled(jobOf(x.cand.c.Job).JobRef, r); err != nil {
 					return err

@@ -19,9 +19,8 @@ import (
 // JobStoreSupport: storeJob, storeTrigger, replaceTrigger, pauseTrigger, resumeTrigger,
 // pauseTriggerGroup, resumeTriggerGroup, pauseAll, resumeAll, triggerJob).
 
-// allGroupsPaused is Quartz's marker row in paused_trigger_grps for pause_all: a trigger of any
-// group added later starts PAUSED.
-const allGroupsPaused = "_$_ALL_GROUPS_PAUSED_$_"
+// allGroupsPaused is Quartz's marker row in paused_trigger_grps for pause_all.
+const allGroupsPaused = store.AllGroupsPaused
 
 // manualGroup is the group of the one-shot triggers trigger_job creates (Quartz's
 // Scheduler.DEFAULT_GROUP, with names "MT_<random>").
@@ -90,13 +89,8 @@ func (a *applyCtx) addJob(ctx context.Context, c *AddJob) (any, error) {
 	if err := a.checkJobVersion(ctx, c.ExpectedVersion, c.Job.Group, c.Job.Name); err != nil {
 		return nil, err
 	}
-	replaced, err := a.storeJob(ctx, c.Job, c.Replace, timeoutMilli)
-	if err != nil {
-		return nil, err
-	}
-	key := events.Key{Group: c.Job.Group, Name: c.Job.Name}
-	return nil, a.event(events.TypeJobAdded, events.AggregateJob, key.String(), "job",
-		map[string]any{"job": c.Job, "replaced": replaced, "commandId": a.commandID})
+	_, err = a.storeJob(ctx, c.Job, c.Replace, timeoutMilli)
+	return nil, err
 }
 
 func (a *applyCtx) scheduleTrigger(ctx context.Context, c *ScheduleTrigger) (any, error) {
@@ -201,13 +195,12 @@ func (a *applyCtx) resumeTrigger(ctx context.Context, c *TriggerRef) (any, error
 	if len(resumed) == 0 {
 		return map[string]any{}, nil // not paused: nothing to resume (Quartz returns silently)
 	}
-	r, k := resumed[0], events.Key{Group: c.Trigger.Group, Name: c.Trigger.Name}
-	return map[string]any{"state": r.to}, a.event(events.TypeTriggerResumed, events.AggregateTrigger, k.String(), "trigger",
-		map[string]any{"trigger": k, "from": r.from, "state": r.to, "misfired": r.misfired, "commandId": a.commandID})
+	return map[string]any{"state": resumed[0].to}, nil
 }
 
 // resumed is one trigger a resume moved out of PAUSED or PAUSED_BLOCKED.
 type resumed struct {
+	key      events.Key
 	from, to string
 	misfired bool
 }
@@ -257,20 +250,26 @@ func (a *applyCtx) resume(ctx context.Context, group string, name *string) ([]re
 	origin := events.Origin{Namespace: ns, InstanceID: a.h.cfg.InstanceID}
 	out := make([]resumed, len(ps))
 	for i, p := range ps {
-		out[i] = resumed{from: p.m.State, to: p.to, misfired: p.misfired}
-		if !p.misfired {
-			continue
+		out[i] = resumed{key: p.m.Key, from: p.m.State, to: p.to, misfired: p.misfired}
+		if p.misfired {
+			evs, state, _, err := store.ApplyMisfire(ctx, a.tx, origin, p.m, cals, a.now, p.to)
+			if err != nil {
+				return nil, err
+			}
+			if state != "" {
+				out[i].to = state // ERROR, or COMPLETE when no fire time is left
+			}
+			for _, ev := range evs {
+				ev.TraceParent = a.traceParent
+				a.tx.Append(ev)
+			}
 		}
-		evs, broken, err := store.ApplyMisfire(ctx, a.tx, origin, p.m, cals, a.now, p.to)
-		if err != nil {
+		// One event per trigger, for resume_group and resume_all too: replay sets each state.
+		// A misfired one's TriggerMisfired came first and carries its new times.
+		r := out[i]
+		if err := a.event(events.TypeTriggerResumed, events.AggregateTrigger, r.key.String(), "trigger",
+			map[string]any{"trigger": r.key, "from": r.from, "state": r.to, "misfired": r.misfired, "commandId": a.commandID}); err != nil {
 			return nil, err
-		}
-		if broken != nil {
-			out[i].to = store.StateError
-		}
-		for _, ev := range evs {
-			ev.TraceParent = a.traceParent
-			a.tx.Append(ev)
 		}
 	}
 	return out, nil

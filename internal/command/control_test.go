@@ -271,7 +271,7 @@ func TestCommands(t *testing.T) {
 			e.must("schedule_job", scheduleJob("j", "g", trig("g", "t", future)))
 			e.must("pause_group", `{"group":"g"}`)
 			e.must("pause_trigger", `{"trigger":{"group":"g","name":"t"}}`)
-		}, cmd: "resume_group", body: `{"group":"g"}`, events: []string{events.TypeGroupResumed},
+		}, cmd: "resume_group", body: `{"group":"g"}`, events: []string{events.TypeTriggerResumed, events.TypeGroupResumed},
 			check: func(e *env, _ Outcome) {
 				e.wantState("g", "t", "WAITING")
 				e.must("schedule_job", scheduleJob("j2", "g", trig("g", "later", future)))
@@ -291,7 +291,7 @@ func TestCommands(t *testing.T) {
 			e.must("pause_all", `{}`)
 			e.must("schedule_job", scheduleJob("j2", "g", trig("new", "t", future)))
 			e.must("pause_group", `{"group":"empty"}`)
-		}, cmd: "resume_all", body: `{}`, events: []string{events.TypeGroupResumed},
+		}, cmd: "resume_all", body: `{}`, events: []string{events.TypeTriggerResumed, events.TypeTriggerResumed, events.TypeGroupResumed},
 			check: func(e *env, _ Outcome) {
 				e.wantState("g", "t", "WAITING")
 				e.wantState("new", "t", "WAITING")

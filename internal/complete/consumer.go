@@ -293,14 +293,11 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 				ids = append(ids, o.Result.FireID)
 			}
 		}
-		ended, keys, err := store.EndExecutions(ctx, tx, c.cfg.Namespace, ids)
+		end, err := store.EndExecutions(ctx, tx, c.origin, ids, time.Now())
 		if err != nil {
 			return err
 		}
-		released, err := c.origin.Released(keys, events.ReleaseJobCompleted, time.Now(), nil)
-		if err != nil {
-			return err
-		}
+		ended := end.Ended
 		if err := c.storeData(ctx, tx, outs, ended); err != nil {
 			return err
 		}
@@ -313,8 +310,8 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 			}
 			tx.Append(o.Event)
 		}
-		tx.Append(released...)
-		res.Ended, res.Released = len(ended), len(released)
+		tx.Append(end.Events...)
+		res.Ended, res.Released = len(ended), end.Released
 		return nil
 	})
 	if err != nil {

@@ -154,6 +154,11 @@ type JobFired struct {
 	Timeout          string          `json:"timeout,omitempty"`
 	// PersistData says the job stores the data a completed run hands back (JobResult.Data).
 	PersistData bool `json:"persistData,omitempty"`
+	// TriggerState and TimesTriggered are the trigger's state and fire count after this fire
+	// (WAITING, BLOCKED for a non-concurrent job, COMPLETE when it will not fire again): with
+	// the fire times above, what replay writes on the trigger's row.
+	TriggerState   string `json:"triggerState,omitempty"`
+	TimesTriggered int    `json:"timesTriggered,omitempty"`
 }
 
 // InterruptRequest is the data of agate.job.interrupt_requested: interrupt_job asks the

@@ -182,6 +182,7 @@ func TestDeadNodesClaimsAreRecovered(t *testing.T) {
 			t.Fatalf("schedule_job: %+v", out.Error)
 		}
 		// What a node that acquired the trigger and then died leaves behind.
+		e.tablesEditedByHand()
 		due := time.Now().Add(500 * time.Millisecond).UTC().Truncate(time.Millisecond)
 		for _, q := range []string{
 			`update triggers set state = 'ACQUIRED', next_fire_time = $2 where sched_name = $1`,

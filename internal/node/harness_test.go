@@ -34,6 +34,8 @@ type env struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	log     *slog.Logger
+	// editedByHand: the test wrote rows itself, so replay is not checked (tablesEditedByHand).
+	editedByHand bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -53,6 +55,7 @@ func newEnvOn(t *testing.T, dbURL string) *env {
 	}
 	t.Cleanup(e.pool.Close)
 	t.Cleanup(e.checkContract) // runs before the pool closes: cleanups run last-in first-out
+	t.Cleanup(e.checkReplay)
 	if e.nc, err = nats.Connect(e.natsURL); err != nil {
 		t.Fatal(err)
 	}

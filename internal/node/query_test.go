@@ -480,13 +480,15 @@ func TestQueries(t *testing.T) {
 		}
 		runNow := map[string]any{"group": "run", "name": "now"}
 		e.runCases(t, "history", []queryCase{
-			{name: "job", body: map[string]any{"job": runNow}, check: types(events.TypeJobCompleted, events.TypeJobFired)},
+			{name: "job", body: map[string]any{"job": runNow},
+				check: types(events.TypeJobDeleted, events.TypeJobCompleted, events.TypeJobFired, events.TypeJobAdded)},
 			{name: "trigger with its fires", body: map[string]any{"trigger": runNow},
-				check: types(events.TypeJobCompleted, events.TypeJobFired, events.TypeTriggerScheduled)},
+				check: types(events.TypeTriggerCompleted, events.TypeJobCompleted, events.TypeJobFired, events.TypeTriggerScheduled)},
 			{name: "keys sharing an aggregate id", body: map[string]any{"job": map[string]any{"group": "x.y", "name": "z"}},
 				check: func(t *testing.T, r reply) {
 					evs := result[query.History](t, r).Events
-					if len(evs) != 1 || evs[0].Type != events.TypeJobDeleted || !strings.Contains(string(evs[0].Data), `"x.y"`) {
+					if len(evs) != 2 || evs[0].Type != events.TypeJobDeleted || evs[1].Type != events.TypeJobAdded ||
+						!strings.Contains(string(evs[0].Data), `"x.y"`) {
 						t.Errorf("events %s", mustJSON(t, evs))
 					}
 				}},
@@ -499,7 +501,7 @@ func TestQueries(t *testing.T) {
 		})
 		got := pages(t, e, "history", map[string]any{"trigger": runNow}, 2, func(ev events.Envelope) string { return ev.Type },
 			field[events.Envelope]("events"))
-		want := [][]string{{events.TypeJobCompleted, events.TypeJobFired}, {events.TypeTriggerScheduled}}
+		want := [][]string{{events.TypeTriggerCompleted, events.TypeJobCompleted}, {events.TypeJobFired, events.TypeTriggerScheduled}}
 		if !slices.EqualFunc(got, want, slices.Equal) {
 			t.Errorf("pages %v; want %v", got, want)
 		}

@@ -165,14 +165,14 @@ func (r *Recoverer) allDelivered(ctx context.Context, jobType string) (bool, err
 // refire publishes the execution's JobFired again, with the same fire id and recovering: true,
 // as a new message (a new event id, so that JetStream's de-duplication lets it through).
 func (r *Recoverer) refire(ctx context.Context, tx *outbox.Tx, o overdue) (bool, error) {
-	tag, err := tx.Exec(ctx, queries.Get("Refire"), o.fireID)
+	now := r.cfg.Now()
+	tag, err := tx.Exec(ctx, queries.Get("Refire"), o.fireID, now)
 	if err != nil {
 		return false, fmt.Errorf("marking fire %s as recovering: %w", o.fireID, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return false, nil // it ended meanwhile
 	}
-	now := r.cfg.Now()
 	jf := o.fired
 	jf.Recovering, jf.FiredTime = true, now.UTC()
 	ev, err := events.New(events.TypeJobFired, r.origin.Source(), events.AggregateJob, o.job.String(),
@@ -196,11 +196,12 @@ func (r *Recoverer) fail(ctx context.Context, tx *outbox.Tx, os []overdue) ([]Ab
 	for i, o := range os {
 		ids[i] = o.fireID
 	}
-	ended, keys, err := store.EndExecutions(ctx, tx, r.cfg.Namespace, ids)
+	now := r.cfg.Now()
+	end, err := store.EndExecutions(ctx, tx, r.origin, ids, now)
 	if err != nil {
 		return nil, err
 	}
-	now := r.cfg.Now()
+	ended := end.Ended
 	var done []Abandonment
 	for _, o := range os {
 		if _, ok := ended[o.fireID]; !ok {
@@ -222,10 +223,6 @@ func (r *Recoverer) fail(ctx context.Context, tx *outbox.Tx, os []overdue) ([]Ab
 		tx.Append(ev)
 		done = append(done, Abandonment{FireID: o.fireID, Job: o.job})
 	}
-	released, err := r.origin.Released(keys, events.ReleaseJobCompleted, now, nil)
-	if err != nil {
-		return nil, err
-	}
-	tx.Append(released...)
+	tx.Append(end.Events...)
 	return done, nil
 }

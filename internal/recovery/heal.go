@@ -73,10 +73,19 @@ func (r *Recoverer) heal(ctx context.Context) ([]Repair, error) {
 		if len(repairs) == 0 {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, queries.Get("DeleteOrphanJobs"), r.cfg.Namespace); err != nil {
+		rows, err := tx.Query(ctx, queries.Get("DeleteOrphanJobs"), r.cfg.Namespace)
+		if err != nil {
+			return fmt.Errorf("deleting jobs left without triggers: %w", err)
+		}
+		jobs, err := pgx.CollectRows(rows, store.ScanKey)
+		if err != nil {
 			return fmt.Errorf("deleting jobs left without triggers: %w", err)
 		}
 		now := r.cfg.Now()
+		deleted, err := store.JobsDeleted(r.origin, jobs, "no triggers left", now)
+		if err != nil {
+			return err
+		}
 		for _, rep := range repairs {
 			ev, err := r.origin.Trigger(events.TypeTriggerRepaired, rep.Trigger, now, map[string]any{
 				"trigger": rep.Trigger, "from": rep.From, "to": rep.To, "reason": rep.Reason})
@@ -85,6 +94,7 @@ func (r *Recoverer) heal(ctx context.Context) ([]Repair, error) {
 			}
 			tx.Append(ev)
 		}
+		tx.Append(deleted...)
 		return nil
 	})
 	for _, rep := range repairs {

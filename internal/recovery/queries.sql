@@ -82,7 +82,8 @@ where j.sched_name = $1 and not j.durable
   and not exists (select 1 from triggers t
                   where t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name)
   and not exists (select 1 from fired_triggers f
-                  where f.sched_name = j.sched_name and f.job_group = j.job_group and f.job_name = j.job_name);
+                  where f.sched_name = j.sched_name and f.job_group = j.job_group and f.job_name = j.job_name)
+returning j.job_group, j.job_name;
 
 -- name: AnyStuck
 -- The healing scan's look without locks: is any trigger stuck as HealBlocked, HealAcquired or
@@ -117,6 +118,7 @@ order by f.fired_time
 limit $5;
 
 -- name: Refire
--- The execution is fired again: its deadline starts over, and the next time it is abandoned.
-update fired_triggers set recovering = true, fired_time = now()
+-- The execution is fired again: its deadline starts over (at the time its JobFired says), and
+-- the next time it is abandoned.
+update fired_triggers set recovering = true, fired_time = $2
 where entry_id = $1 and state = 'EXECUTING' and not recovering;

@@ -385,7 +385,7 @@ func (r *Recoverer) misfiresIn(ctx context.Context, p int) (int, error) {
 			return err
 		}
 		for _, m := range ms {
-			evs, broken, err := store.ApplyMisfire(ctx, tx, r.origin, m, cals, now, store.StateWaiting)
+			evs, _, broken, err := store.ApplyMisfire(ctx, tx, r.origin, m, cals, now, store.StateWaiting)
 			if err != nil {
 				return err
 			}

@@ -29,6 +29,10 @@ const (
 	StateError         = "ERROR"
 )
 
+// AllGroupsPaused is Quartz's marker row in paused_trigger_grps for pause_all: a trigger of any
+// group added later starts PAUSED.
+const AllGroupsPaused = "_$_ALL_GROUPS_PAUSED_$_"
+
 // Claim is one scheduled fire of one trigger that a node has taken: the fired_triggers row. It is
 // the hand-off from acquire to fire.
 type Claim struct {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -16,44 +17,57 @@ type Ended struct {
 	Nonconcurrent bool
 }
 
+// Ending is what EndExecutions did.
+type Ending struct {
+	// Ended holds the executions that ended by fire id (one already ended has no row and is absent).
+	Ended map[uuid.UUID]Ended
+	// Released counts the triggers released.
+	Released int
+	// Events are the TriggerReleased, TriggerCompleted and JobDeleted events of the changes, to be
+	// logged after the outcomes that ended the executions.
+	Events []events.Event
+}
+
 // EndExecutions ends the executions with the given fire ids, as Quartz's triggeredJobComplete
 // does: their fired rows go, the triggers their non-concurrent jobs blocked are released
 // (BLOCKED → WAITING, PAUSED_BLOCKED → PAUSED), COMPLETE triggers whose last execution this was
-// are deleted, and so are the non-durable jobs they leave without triggers. It returns the
-// executions that ended by fire id (one already ended has no row and is absent) and the
-// released triggers. The caller holds the locks of the jobs' partitions.
-func EndExecutions(ctx context.Context, tx pgx.Tx, namespace string, fireIDs []uuid.UUID) (map[uuid.UUID]Ended, []events.Key, error) {
-	ended := map[uuid.UUID]Ended{}
+// are deleted, and so are the non-durable jobs they leave without triggers. The caller holds
+// the locks of the jobs' partitions.
+func EndExecutions(ctx context.Context, tx pgx.Tx, origin events.Origin, fireIDs []uuid.UUID, now time.Time) (Ending, error) {
+	res := Ending{Ended: map[uuid.UUID]Ended{}}
 	if len(fireIDs) == 0 {
-		return ended, nil, nil
+		return res, nil
 	}
 	rows, err := tx.Query(ctx, queries.Get("EndFired"), fireIDs)
 	if err != nil {
-		return nil, nil, fmt.Errorf("deleting fired rows: %w", err)
+		return res, fmt.Errorf("deleting fired rows: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id uuid.UUID
 		var e Ended
 		if err := rows.Scan(&id, &e.Trigger.Group, &e.Trigger.Name, &e.Job.Group, &e.Job.Name, &e.Nonconcurrent); err != nil {
-			return nil, nil, fmt.Errorf("deleting fired rows: %w", err)
+			return res, fmt.Errorf("deleting fired rows: %w", err)
 		}
-		ended[id] = e
+		res.Ended[id] = e
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("deleting fired rows: %w", err)
+		return res, fmt.Errorf("deleting fired rows: %w", err)
 	}
-	if len(ended) == 0 {
-		return ended, nil, nil
+	if len(res.Ended) == 0 {
+		return res, nil
 	}
-	released, err := releaseBlocked(ctx, tx, namespace, ended)
+	released, err := releaseBlocked(ctx, tx, origin.Namespace, res.Ended)
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
-	if err := deleteFinished(ctx, tx, namespace, ended); err != nil {
-		return nil, nil, err
+	res.Released = len(released)
+	if res.Events, err = origin.Released(released, events.ReleaseJobCompleted, now, nil); err != nil {
+		return res, err
 	}
-	return ended, released, nil
+	finished, err := deleteFinished(ctx, tx, origin, res.Ended, now)
+	res.Events = append(res.Events, finished...)
+	return res, err
 }
 
 func releaseBlocked(ctx context.Context, tx pgx.Tx, namespace string, ended map[uuid.UUID]Ended) ([]events.Key, error) {
@@ -77,17 +91,52 @@ func releaseBlocked(ctx context.Context, tx pgx.Tx, namespace string, ended map[
 	return keys, nil
 }
 
-func deleteFinished(ctx context.Context, tx pgx.Tx, namespace string, ended map[uuid.UUID]Ended) error {
+// deleteFinished deletes the COMPLETE triggers of the ended executions and the jobs they leave
+// without triggers, and returns a TriggerCompleted or JobDeleted event for each.
+func deleteFinished(ctx context.Context, tx pgx.Tx, origin events.Origin, ended map[uuid.UUID]Ended, now time.Time) ([]events.Event, error) {
 	var tg, tn, states, jg, jn []string
 	for _, e := range ended {
 		tg, tn, states = append(tg, e.Trigger.Group), append(tn, e.Trigger.Name), append(states, StateComplete)
 		jg, jn = append(jg, e.Job.Group), append(jn, e.Job.Name)
 	}
-	if _, err := tx.Exec(ctx, queries.Get("DeleteCompleteTriggers"), namespace, tg, tn, states); err != nil {
-		return fmt.Errorf("deleting completed triggers: %w", err)
+	rows, err := tx.Query(ctx, queries.Get("DeleteCompleteTriggers"), origin.Namespace, tg, tn, states)
+	if err != nil {
+		return nil, fmt.Errorf("deleting completed triggers: %w", err)
 	}
-	if _, err := tx.Exec(ctx, queries.Get("DeleteFinishedJobs"), namespace, jg, jn); err != nil {
-		return fmt.Errorf("deleting finished jobs: %w", err)
+	completed, err := pgx.CollectRows(rows, ScanKey)
+	if err != nil {
+		return nil, fmt.Errorf("deleting completed triggers: %w", err)
 	}
-	return nil
+	evs := make([]events.Event, 0, len(completed))
+	for _, k := range completed {
+		ev, err := origin.Trigger(events.TypeTriggerCompleted, k, now, map[string]any{"trigger": k})
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	rows, err = tx.Query(ctx, queries.Get("DeleteFinishedJobs"), origin.Namespace, jg, jn)
+	if err != nil {
+		return nil, fmt.Errorf("deleting finished jobs: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, ScanKey)
+	if err != nil {
+		return nil, fmt.Errorf("deleting finished jobs: %w", err)
+	}
+	more, err := JobsDeleted(origin, jobs, "no triggers left", now)
+	return append(evs, more...), err
+}
+
+// JobsDeleted builds a JobDeleted event for each non-durable job deleted because no trigger
+// is left to fire it, saying why.
+func JobsDeleted(origin events.Origin, jobs []events.Key, reason string, now time.Time) ([]events.Event, error) {
+	evs := make([]events.Event, 0, len(jobs))
+	for _, k := range jobs {
+		ev, err := origin.Job(events.TypeJobDeleted, k, now, map[string]any{"job": k, "reason": reason})
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
 }

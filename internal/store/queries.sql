@@ -93,7 +93,8 @@ delete from triggers t
 using unnest($2::text[], $3::text[], $4::text[]) as c(g, n, state)
 cross join lateral (select ctid as tid from triggers x
                     where x.sched_name = $1 and x.trigger_group = c.g and x.trigger_name = c.n limit 1) k
-where t.ctid = k.tid and t.state = c.state;
+where t.ctid = k.tid and t.state = c.state
+returning t.trigger_group, t.trigger_name;
 
 -- name: DeleteFinishedJobs
 -- A non-durable job with no trigger left goes too (Quartz's removeTrigger).
@@ -110,8 +111,8 @@ returning j.job_group, j.job_name;
 
 -- name: UpdateMisfired
 -- A misfired trigger's new schedule and fire times, guarded by the state ($9) and next fire time
--- ($8) it was read with; it goes to state $10, or COMPLETE when it will not fire again.
+-- ($8) it was read with; it goes to state $10 (COMPLETE when it will not fire again).
 update triggers
 set next_fire_time = $4, prev_fire_time = $5, times_triggered = $6, schedule = $7, version = version + 1,
-    state = case when $4::timestamptz is null then 'COMPLETE' else $10 end
+    state = $10
 where sched_name = $1 and trigger_group = $2 and trigger_name = $3 and state = $9 and next_fire_time = $8;
