@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/agatesched/agate/internal/replay"
 )
 
