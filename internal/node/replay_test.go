@@ -2,6 +2,8 @@ package node_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"slices"
 	"testing"
 	"time"
@@ -63,4 +65,25 @@ func TestReplayFindsAWriteThatWasNotLogged(t *testing.T) {
 	if !slices.Equal(got, want) && !slices.Equal(got, []string{want[1], want[0]}) {
 		t.Errorf("differences %q; want %q", got, want)
 	}
+}
+
+// eventCounts is how many events of each type the test logged, for its log.
+func (e *env) eventCounts() string {
+	rows, err := e.pool.Query(e.t.Context(), `select type, count(*) from events where sched_name = $1 group by type order by type`, e.ns)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var b strings.Builder
+	for rows.Next() {
+		var typ string
+		var n int
+		if err := rows.Scan(&typ, &n); err != nil {
+			e.t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s=%d ", strings.TrimPrefix(typ, "agate."), n)
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return b.String()
 }
