@@ -157,8 +157,8 @@ type JobFired struct {
 	// TriggerState and TimesTriggered are the trigger's state and fire count after this fire
 	// (WAITING, BLOCKED for a non-concurrent job, COMPLETE when it will not fire again): with
 	// the fire times above, what replay writes on the trigger's row.
-	TriggerState   string `json:"triggerState,omitempty"`
-	TimesTriggered int    `json:"timesTriggered,omitempty"`
+	TriggerState   string `json:"triggerState"`
+	TimesTriggered int    `json:"timesTriggered"`
 }
 
 // InterruptRequest is the data of agate.job.interrupt_requested: interrupt_job asks the
