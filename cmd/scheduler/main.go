@@ -200,6 +200,10 @@ func addNodeFlags(cmd *cobra.Command, o *options) {
 	bind("job-timeout", "AGATE_JOB_TIMEOUT")
 	f.DurationVar(&o.node.AbandonGrace, "abandon-grace", node.AbandonGraceDefault, "an execution with no outcome this long after max-deliver attempts of its job's timeout is abandoned: fired again if its job requests recovery, else failed finally")
 	bind("abandon-grace", "AGATE_ABANDON_GRACE")
+	f.DurationVar(&o.node.EventRetention, "event-retention", node.EventRetentionDefault, "how long the event log keeps events; whole days are dropped once a snapshot covers them and no execution in flight needs them; 0 keeps every event")
+	bind("event-retention", "AGATE_EVENT_RETENTION")
+	f.DurationVar(&o.node.SnapshotInterval, "snapshot-interval", node.SnapshotIntervalDefault, "how often a node stores a snapshot of the event log's projection (replay starts from the latest)")
+	bind("snapshot-interval", "AGATE_SNAPSHOT_INTERVAL")
 	f.StringSliceVar(&o.jobTypes, "job-types", nil, "job types accepted besides the built-in "+strings.Join(node.BuiltinJobTypes(), ", ")+" (comma-separated)")
 	bind("job-types", "AGATE_JOB_TYPES")
 	f.IntVar(&o.node.MaxCommandBytes, "max-command-bytes", node.MaxCommandBytesDefault, "largest command body accepted, in bytes")
@@ -216,6 +220,9 @@ func (o *options) nodeConfig() (node.Config, error) {
 		cfg.InstanceID = events.NewInstanceID("scheduler")
 	}
 	cfg.JobTypes = append(node.BuiltinJobTypes(), o.jobTypes...)
+	if cfg.EventRetention == 0 {
+		cfg.EventRetention = -1 // the flag's 0 keeps every event; the Config's 0 is the default
+	}
 	return cfg, cfg.Validate()
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -78,8 +79,13 @@ Exit status: 0 the tables are what the log says; 1 they differ (the rows are pri
 }
 
 func printReport(w io.Writer, r replay.Report) {
-	fmt.Fprintf(w, "replayed %d events of namespace %s into schema %s (read %s, write %s, compare %s)\n",
-		r.Events, r.Namespace, r.Schema, r.Read.Round(1e6), r.Write.Round(1e6), r.Compare.Round(1e6))
+	from := "the start of the log"
+	if !r.Snapshot.TakenAt.IsZero() {
+		from = "the snapshot of " + r.Snapshot.TakenAt.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "replayed %d events of namespace %s from %s into schema %s (read %s, write %s, compare %s)\n",
+		r.Events, r.Namespace, from, r.Schema, r.Read.Round(time.Millisecond), r.Write.Round(time.Millisecond),
+		r.Compare.Round(time.Millisecond))
 	fmt.Fprintf(w, "rows: %d jobs, %d triggers, %d executions in flight, %d calendars, %d paused groups\n",
 		r.Rows["job_details"], r.Rows["triggers"], r.Rows["fired_triggers"], r.Rows["calendars"], r.Rows["paused_trigger_grps"])
 	if r.Equal() {

@@ -4,6 +4,7 @@ import (
 	"github.com/agatesched/agate/internal/acquire"
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/recovery"
+	"github.com/agatesched/agate/internal/retention"
 )
 
 // Defaults of Config, re-exported from the steps that own them so that the command line can show
@@ -18,6 +19,8 @@ const (
 	WorkerMaxDeliverDefault = recovery.WorkerMaxDeliverDefault
 	WorkerJobTimeoutDefault = recovery.WorkerJobTimeoutDefault
 	AbandonGraceDefault     = recovery.AbandonGraceDefault
+	EventRetentionDefault   = retention.EventRetentionDefault
+	SnapshotIntervalDefault = retention.SnapshotIntervalDefault
 )
 
 // BuiltinJobTypes returns the job types cmd/worker runs out of the box, which a node should

@@ -27,6 +27,7 @@ import (
 	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/query"
 	"github.com/agatesched/agate/internal/recovery"
+	"github.com/agatesched/agate/internal/retention"
 	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/wake"
@@ -57,7 +58,13 @@ type Config struct {
 	AbandonGrace     time.Duration
 	// HealEvery is how many check-ins apart the healing and abandonment scans run. Default 12.
 	HealEvery int
-	Logger    *slog.Logger
+	// EventRetention is how long the event log keeps events (whole days are dropped once a
+	// snapshot covers them); default retention.EventRetentionDefault, negative keeps them all.
+	EventRetention time.Duration
+	// SnapshotInterval is how often the log's projection is snapshotted; default
+	// retention.SnapshotIntervalDefault.
+	SnapshotInterval time.Duration
+	Logger           *slog.Logger
 	// Now is the node clock (fire times, misfires); tests inject one. Default time.Now. The node
 	// corrects it by its offset from the database clock, measured at each check-in.
 	Now func() time.Time
@@ -129,6 +136,9 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		if err := store.Migrate(ctx, pool); err != nil {
 			return err
 		}
+		if err := retention.EnsurePartitions(ctx, pool); err != nil {
+			return err
+		}
 		if err := locks.Ensure(ctx, pool); err != nil {
 			return err
 		}
@@ -186,6 +196,9 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		Wake: wakeup, Member: member, Clock: clock, JetStream: js, HealEvery: cfg.HealEvery,
 		WorkerMaxDeliver: cfg.WorkerMaxDeliver, WorkerJobTimeout: cfg.WorkerJobTimeout, AbandonGrace: cfg.AbandonGrace}, pool, ob)
 
+	upkeep := retention.NewEvents(retention.EventsConfig{Namespace: ns, Retention: cmp.Or(cfg.EventRetention, retention.EventRetentionDefault),
+		SnapshotInterval: cmp.Or(cfg.SnapshotInterval, retention.SnapshotIntervalDefault), Logger: log}, pool)
+
 	if ts := cfg.TestSignals; ts != nil {
 		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete
 		recoverer.TestSignals, ob.TestSignals = ts.Recovery, ts.Outbox
@@ -209,6 +222,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	run("fire queue", queue.Run)
 	run("outbox", ob.Run)
 	run("completion consumer", completions.Run)
+	run("event log upkeep", upkeep.Run)
 	run("command consumer", func(ctx context.Context) error { return commands.Run(ctx, js) })
 	run("api service", func(ctx context.Context) error { return api.Serve(ctx, nc, apiConfig(cfg, log, commands, queries)) })
 	err = g.Wait()

@@ -3,8 +3,8 @@ package node_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -164,16 +165,24 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 	if len(evs) == 0 {
 		return 0, nil
 	}
+	query := "Append"
+	if slices.ContainsFunc(evs, func(e events.Event) bool { return e.Topic == "" }) {
+		// Events from the bus may come twice, even in one batch: AppendFromBus skips those the
+		// log holds, and a copy within the batch is left out here.
+		query = "AppendFromBus"
+		seen := make(map[uuid.UUID]bool, len(evs))
+		evs = slices.DeleteFunc(slices.Clone(evs), func(e events.Event) bool {
+			dup := seen[e.ID]
+			seen[e.ID] = true
+			return dup
+		})
+	}
 	n := len(evs)
 	ids := make([]uuid.UUID, n)
 	types, sources, aggs, aggIDs, topics, datas, traces := make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	times := make([]time.Time, n)
-	query := "Append"
 	for i, e := range evs {
-		if e.Topic == "" {
-			query = "AppendFromBus"
-		}
 		ids[i], types[i], sources[i], aggs[i], aggIDs[i] = e.ID, e.Type, e.Source, e.Aggregate, e.AggregateID
 		topics[i], times[i], datas[i], traces[i] = e.Topic, e.Time, string(e.Data), e.TraceParent
 	}

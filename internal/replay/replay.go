@@ -52,7 +52,8 @@ func show(v any) string {
 type Report struct {
 	Namespace   string
 	Schema      string
-	Events      int            // events read from the log
+	Snapshot    Snapshot       // the snapshot replay started from (zero: none, the whole log)
+	Events      int            // events applied after it
 	Rows        map[string]int // rows replayed, by table
 	Read        time.Duration  // reading and applying the log
 	Write       time.Duration  // writing the scratch schema
@@ -82,11 +83,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, ns string, opts Options) (Repo
 	defer func() { _ = tx.Rollback(ctx) }()
 
 	start := time.Now()
-	st, n, err := Project(ctx, tx, ns)
+	st, snap, n, err := Project(ctx, tx, ns)
 	if err != nil {
 		return rep, err
 	}
-	rep.Events, rep.Read = n, time.Since(start)
+	rep.Snapshot, rep.Events, rep.Read = snap, n, time.Since(start)
 
 	start = time.Now()
 	if err := write(ctx, tx, ns, opts.Schema, st, rep.Rows); err != nil {
@@ -109,31 +110,19 @@ func Run(ctx context.Context, pool *pgxpool.Pool, ns string, opts Options) (Repo
 	return rep, nil
 }
 
-// Project applies the log of namespace ns, in order, to an empty state. It returns the state
-// and the number of events read.
-func Project(ctx context.Context, q pgx.Tx, ns string) (*State, int, error) {
-	rows, err := q.Query(ctx, `select seq, type, source, data::text, coalesce(trace_context, '')
-		from events where sched_name = $1 order by seq`, ns)
+// Project rebuilds the state of namespace ns: its latest snapshot, then the events after it in
+// log order. It returns the state, the snapshot it started from (zero: none) and the number of
+// events applied after it.
+func Project(ctx context.Context, tx pgx.Tx, ns string) (*State, Snapshot, int, error) {
+	st, snap, err := latest(ctx, tx, ns)
 	if err != nil {
-		return nil, 0, fmt.Errorf("replay: reading the log: %w", err)
+		return nil, snap, 0, fmt.Errorf("replay: %w", err)
 	}
-	defer rows.Close()
-	st := NewState()
-	n := 0
-	var r Record
-	for rows.Next() {
-		if err := rows.Scan(&r.Seq, &r.Type, &r.Source, &r.Data, &r.TraceContext); err != nil {
-			return nil, n, fmt.Errorf("replay: reading the log: %w", err)
-		}
-		if err := st.Apply(r); err != nil {
-			return nil, n, fmt.Errorf("replay: %w", err)
-		}
-		n++
+	n, err := apply(ctx, tx, st, ns, snap.Fence, 0)
+	if err != nil {
+		return nil, snap, n, fmt.Errorf("replay: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, n, fmt.Errorf("replay: reading the log: %w", err)
-	}
-	return st, n, nil
+	return st, snap, n, nil
 }
 
 // table is a projected table: its key and the columns compared. live replaces a column's

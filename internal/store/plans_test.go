@@ -29,7 +29,10 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 	const ns, n = "plans", 20000
 	for _, q := range []string{
 		`alter table triggers set (autovacuum_enabled = false)`,
-		`alter table events set (autovacuum_enabled = false)`,
+		`do $$ declare p regclass; begin
+		   for p in select inhrelid::regclass from pg_inherits where inhparent = 'events'::regclass loop
+		     execute format('alter table %s set (autovacuum_enabled = false)', p); -- the log's partitions
+		   end loop; end $$`,
 		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data)
 		 select gen_random_uuid(), 'plans', 'JobFired', 'agate/plans/n1', 'job', 'g.j' || i, 'agate.plans.fired.noop', now(), '{}'
 		 from generate_series(1, 20000) i`,

@@ -36,15 +36,15 @@ var leaves = []string{
 // binary may import: cmd/ only reads flags and calls one library that owns the wiring (node for
 // a scheduler node, devcluster for dev, worker for the worker, bench for the benchmark), plus the
 // shared process plumbing (cli, natsconn, telemetry) and event names from events. The database
-// and JetStream stay behind those libraries. cmd/scheduler also opens the store for `migrate`
-// and prints natsperm's configuration for `nats-config`,
+// and JetStream stay behind those libraries. cmd/scheduler also opens the store for `migrate`,
+// runs replay's library for `replay` and prints natsperm's configuration for `nats-config`,
 // agatectl reads cron expressions with trigger and talks to a cluster only through the public
 // client, as any producer does, and cmd/worker opens JetStream for worker.New,
 // whose signature takes one (the exception goes when the worker takes a *nats.Conn).
 var (
 	cmdCommon  = []string{"/internal/cli", "/internal/natsconn", "/internal/telemetry", "/internal/events"}
 	cmdAllowed = map[string][]string{
-		module + "/cmd/scheduler":  {"/internal/node", "/internal/store", "/internal/devenv/devcluster", "/internal/natsperm"},
+		module + "/cmd/scheduler":  {"/internal/node", "/internal/store", "/internal/replay", "/internal/devenv/devcluster", "/internal/natsperm"},
 		module + "/cmd/worker":     {"/internal/worker", "github.com/nats-io/nats.go/jetstream"},
 		module + "/cmd/agatectl":   {"/internal/trigger", "/client"},
 		module + "/cmd/agatebench": {"/internal/bench", "/internal/node"},
