@@ -274,13 +274,17 @@ func (s *State) triggerRescheduled(r Record) error {
 	return nil
 }
 
+// stateChange is the data of the events that change one trigger's state.
 type stateChange struct {
 	Trigger  events.Key `json:"trigger"`
 	State    string     `json:"state"`
-	Misfired bool       `json:"misfired"`
+	Misfired bool       `json:"misfired"` // TriggerResumed
+	Reason   string     `json:"reason"`   // TriggerReleased
+	To       string     `json:"to"`       // TriggerRepaired
 }
 
-func (s *State) triggerPaused(r Record) error {
+// changeTrigger applies f to the trigger a state-changing event names.
+func (s *State) changeTrigger(r Record, f func(*Trigger, stateChange)) error {
 	var d stateChange
 	if err := decode(r, &d); err != nil {
 		return err
@@ -289,26 +293,23 @@ func (s *State) triggerPaused(r Record) error {
 	if err != nil {
 		return err
 	}
-	t.State, t.Version = d.State, t.Version+1
+	f(t, d)
 	return nil
+}
+
+func (s *State) triggerPaused(r Record) error {
+	return s.changeTrigger(r, func(t *Trigger, d stateChange) { t.State, t.Version = d.State, t.Version+1 })
 }
 
 // triggerResumed sets the state a resume gave; one that misfired while paused got its new
 // times and version from its TriggerMisfired.
 func (s *State) triggerResumed(r Record) error {
-	var d stateChange
-	if err := decode(r, &d); err != nil {
-		return err
-	}
-	t, err := s.trigger(d.Trigger)
-	if err != nil {
-		return err
-	}
-	t.State = d.State
-	if !d.Misfired {
-		t.Version++
-	}
-	return nil
+	return s.changeTrigger(r, func(t *Trigger, d stateChange) {
+		t.State = d.State
+		if !d.Misfired {
+			t.Version++
+		}
+	})
 }
 
 // triggerUpdated is a new next fire time after a calendar was replaced: none left is COMPLETE.
@@ -355,38 +356,18 @@ func (s *State) triggerMisfired(r Record) error {
 }
 
 func (s *State) triggerError(r Record) error {
-	var d stateChange
-	if err := decode(r, &d); err != nil {
-		return err
-	}
-	t, err := s.trigger(d.Trigger)
-	if err != nil {
-		return err
-	}
-	t.State = store.StateError
-	return nil
+	return s.changeTrigger(r, func(t *Trigger, _ stateChange) { t.State = store.StateError })
 }
 
 // triggerReleased: an execution of its non-concurrent job ended (BLOCKED → WAITING,
 // PAUSED_BLOCKED → PAUSED). The other reasons give back claims made ahead, which the
 // projection never held (ACQUIRED reads as WAITING).
 func (s *State) triggerReleased(r Record) error {
-	var d struct {
-		Trigger events.Key `json:"trigger"`
-		Reason  string     `json:"reason"`
-	}
-	if err := decode(r, &d); err != nil {
-		return err
-	}
-	if d.Reason != events.ReleaseJobCompleted {
-		return nil
-	}
-	t, err := s.trigger(d.Trigger)
-	if err != nil {
-		return err
-	}
-	t.State = unblocked(t.State)
-	return nil
+	return s.changeTrigger(r, func(t *Trigger, d stateChange) {
+		if d.Reason == events.ReleaseJobCompleted {
+			t.State = unblocked(t.State)
+		}
+	})
 }
 
 func unblocked(state string) string {
@@ -401,10 +382,7 @@ func unblocked(state string) string {
 
 // triggerRepaired: the healing scan moved a stuck trigger to another state, or deleted it (to "").
 func (s *State) triggerRepaired(r Record) error {
-	var d struct {
-		Trigger events.Key `json:"trigger"`
-		To      string     `json:"to"`
-	}
+	var d stateChange
 	if err := decode(r, &d); err != nil {
 		return err
 	}
@@ -412,12 +390,7 @@ func (s *State) triggerRepaired(r Record) error {
 		delete(s.Triggers, d.Trigger)
 		return nil
 	}
-	t, err := s.trigger(d.Trigger)
-	if err != nil {
-		return err
-	}
-	t.State = d.To
-	return nil
+	return s.changeTrigger(r, func(t *Trigger, d stateChange) { t.State = d.To })
 }
 
 type groupChange struct {

@@ -163,12 +163,9 @@ func (t table) rows(st *State) [][]any {
 		}
 	case "triggers":
 		for _, x := range st.Triggers {
-			var tc *string
-			if x.TraceContext != nil {
-				tc = x.TraceContext
-			}
 			out = append(out, []any{x.Key.Group, x.Key.Name, x.Job.Group, x.Job.Name, x.Kind, string(x.Schedule), x.Start,
-				x.End, x.Calendar, x.Priority, x.Misfire, x.Next, x.Prev, x.Times, x.State, x.Partition, tc, string(x.Data), x.Version})
+				x.End, x.Calendar, x.Priority, x.Misfire, x.Next, x.Prev, x.Times, x.State, x.Partition, x.TraceContext,
+				string(x.Data), x.Version})
 		}
 	case "fired_triggers":
 		for _, f := range st.Fired {
