@@ -87,14 +87,20 @@ returning j.job_group, j.job_name;
 
 -- name: AnyStuck
 -- The healing scan's look without locks: is any trigger stuck as HealBlocked, HealAcquired or
--- HealComplete would find it?
+-- HealComplete would find it? Set differences, one per kind of key, cost one pass over each
+-- table whatever the statistics say; a NOT EXISTS whose condition depends on the row's state
+-- cannot become an anti-join and rescans fired_triggers per trigger (minutes on a burst).
 select exists (
-    select 1 from triggers t
-    where t.sched_name = $1 and t.state in ('BLOCKED', 'PAUSED_BLOCKED', 'ACQUIRED', 'COMPLETE')
-      and not exists (select 1 from fired_triggers f
-                      where f.sched_name = t.sched_name
-                        and ((t.state in ('BLOCKED', 'PAUSED_BLOCKED') and f.job_group = t.job_group and f.job_name = t.job_name)
-                          or (t.state in ('ACQUIRED', 'COMPLETE') and f.trigger_group = t.trigger_group and f.trigger_name = t.trigger_name))));
+    select t.job_group, t.job_name from triggers t
+    where t.sched_name = $1 and t.state in ('BLOCKED', 'PAUSED_BLOCKED')
+    except
+    select f.job_group, f.job_name from fired_triggers f where f.sched_name = $1
+) or exists (
+    select t.trigger_group, t.trigger_name from triggers t
+    where t.sched_name = $1 and t.state in ('ACQUIRED', 'COMPLETE')
+    except
+    select f.trigger_group, f.trigger_name from fired_triggers f where f.sched_name = $1
+);
 
 -- name: Overdue
 -- Executions with no outcome long after their fire: $2 attempts of the job's timeout (or $3 ms)
