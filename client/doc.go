@@ -3,7 +3,7 @@
 // many commands asynchronously on the durable command subjects, and a reader of the events.
 //
 // Events reads the namespace's events (CloudEvents, docs/contract.md "Events") from its
-// JetStream streams: those stored, merged in time order, and with Follow those to come.
+// JetStream streams: those stored, in the order they were stored, and with Follow those to come.
 //
 // A Client needs only a NATS connection with a producer's rights on the namespace:
 //

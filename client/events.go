@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -157,18 +158,21 @@ type eventSource struct {
 
 // eventItem is an event, or what went wrong reading one; a fatal error ends the stream.
 type eventItem struct {
-	ev    Event
-	err   error
-	fatal bool
+	ev     Event
+	stored time.Time // when JetStream stored it: the order events are delivered in
+	err    error
+	fatal  bool
 }
 
 // before orders the heads of the sources when stored events are merged: errors first (they
-// carry no time), then by event time.
+// have no place in time), then by store time. Not by event time: a worker's clock and the
+// scheduler's can differ by milliseconds, enough to put an outcome before its fire, while a
+// fire is always stored before the worker that ran it stores the outcome.
 func (a eventItem) before(b eventItem) bool {
 	if a.err != nil || b.err != nil {
 		return a.err != nil && b.err == nil
 	}
-	return a.ev.Time.Before(b.ev.Time)
+	return a.stored.Before(b.stored)
 }
 
 // errStreamClosed is the cause of an EventStream's cancellation by Close.
@@ -181,9 +185,11 @@ var errStreamClosed = errors.New("event stream closed")
 // neither FIRED nor DONE); the job, trigger and type filters are applied to each event.
 //
 // It returns once every reader is in place, so with Follow an event stored after it returns
-// is delivered. The stored events come in time order across the streams (each stream read
-// in the order it stored them); with Follow, new events come as they are stored. An event
-// published again after JetStream's 2-minute duplicate window comes again, with its id.
+// is delivered. Events come in the order JetStream stored them, across the streams: a fire
+// before its outcome even when the worker's clock, which dates the outcome, is behind the
+// scheduler's. With Follow, new events come a quarter of a second after they are stored, held
+// that long to be put in that order. An event published again after JetStream's 2-minute
+// duplicate window comes again, with its id.
 //
 // The user of the connection needs, besides a producer's rights, those to create consumers
 // on the three streams and pull from them (docs/contract.md, "NATS permissions"). A
@@ -313,7 +319,7 @@ func (c *Client) startReader(s *EventStream, js jetstream.JetStream, stream, fil
 		return c.readerError(stream, err)
 	}
 	// The consumer counts, as it is created, the stored messages it will deliver: those are the
-	// stored events, merged in time order; what comes after them is new.
+	// stored events, merged in store order; what comes after them is new.
 	var pending uint64
 	if info := cons.CachedInfo(); info != nil {
 		pending = info.NumPending
@@ -325,8 +331,8 @@ func (c *Client) startReader(s *EventStream, js jetstream.JetStream, stream, fil
 		return nil
 	}
 	var mopts []jetstream.PullMessagesOpt
-	if !opts.Follow {
-		mopts = append(mopts, jetstream.StopAfter(int(min(pending, 1<<31-1))))
+	if !opts.Follow && pending <= math.MaxInt {
+		mopts = append(mopts, jetstream.StopAfter(int(pending))) // pull no further than the last
 	}
 	it, err := cons.Messages(mopts...)
 	if err != nil {
@@ -387,7 +393,11 @@ func (s *EventStream) read(src *eventSource, it jetstream.MessagesContext, pendi
 			return
 		}
 		ev, err := decodeEvent(src.stream, msg)
-		if (err != nil || match(ev)) && !send(eventItem{ev: ev, err: err}) {
+		item := eventItem{ev: ev, err: err}
+		if meta, merr := msg.Metadata(); merr == nil {
+			item.stored = meta.Timestamp
+		}
+		if (err != nil || match(ev)) && !send(item) {
 			return
 		}
 		if stored && n == pending {
@@ -427,24 +437,81 @@ func (s *EventStream) All() iter.Seq2[Event, error] {
 			yield(Event{}, errors.New("EventStream.All called twice: a stream is read once"))
 			return
 		}
-		if !s.merge(yield) || !s.follow {
-			return
-		}
-		for {
-			select {
-			case item := <-s.live:
-				if !yield(item.ev, item.err) || item.fatal {
-					return
-				}
-			case <-s.ctx.Done():
-				s.ended(yield)
-				return
-			}
+		if s.merge(yield) && s.follow {
+			s.tail(yield)
 		}
 	}
 }
 
-// merge yields the stored events of every source in time order, and reports whether to go on.
+// liveReorder is how long a new event is held before it is delivered, so that events of
+// different streams stored about the same time come in the order they were stored (a fire
+// before the outcome of a fast job, which another reader may hand over first).
+const liveReorder = 250 * time.Millisecond
+
+// tail yields the new events, each liveReorder after it arrived, in store order among those held.
+func (s *EventStream) tail(yield func(Event, error) bool) {
+	type held struct {
+		item eventItem
+		at   time.Time // when it arrived
+	}
+	var buf []held // by store time; equal times in arrival order
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	flush := func(n int) bool {
+		for _, h := range buf[:n] {
+			if !yield(h.item.ev, nil) {
+				return false
+			}
+		}
+		buf = slices.Delete(buf, 0, n)
+		return true
+	}
+	for {
+		if len(buf) > 0 {
+			first := slices.MinFunc(buf, func(a, b held) int { return a.at.Compare(b.at) })
+			timer.Reset(time.Until(first.at.Add(liveReorder)))
+		}
+		select {
+		case item := <-s.live:
+			switch {
+			case item.fatal:
+				if flush(len(buf)) {
+					yield(item.ev, item.err)
+				}
+				return
+			case item.err != nil: // no time to order it by: at once
+				if !yield(item.ev, item.err) {
+					return
+				}
+			default:
+				i, _ := slices.BinarySearchFunc(buf, item.stored, func(h held, t time.Time) int {
+					if h.item.stored.After(t) {
+						return 1
+					}
+					return -1 // equal times: after those already held
+				})
+				buf = slices.Insert(buf, i, held{item, time.Now()})
+			}
+		case now := <-timer.C:
+			// Deliver every event held long enough, and those stored earlier that came later.
+			n := 0
+			for i, h := range buf {
+				if !h.at.Add(liveReorder).After(now) {
+					n = i + 1
+				}
+			}
+			if !flush(n) {
+				return
+			}
+		case <-s.ctx.Done():
+			s.ended(yield)
+			return
+		}
+	}
+}
+
+// merge yields the stored events of every source in store order, and reports whether to go on.
 func (s *EventStream) merge(yield func(Event, error) bool) bool {
 	type head struct {
 		src  int

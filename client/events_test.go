@@ -22,7 +22,7 @@ import (
 )
 
 // Events against a real node and worker: new events as they happen, filtered by job and by
-// trigger; then the stored ones, merged across the three streams in time order, each valid
+// trigger; then the stored ones, merged across the three streams in store order, each valid
 // against its contract schema, and filtered by type, job, trigger and time.
 func TestEvents(t *testing.T) {
 	n := testnode.Start(t, "clientevents", nil)
@@ -44,8 +44,8 @@ func TestEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer liveB.Close()
-	for _, k := range []client.Key{jobA, jobB} {
-		if _, err := c.ScheduleJob(ctx, client.ScheduleJob{Job: client.Job{Group: k.Group, Name: k.Name, Type: "noop"},
+	for _, k := range []client.Key{jobA, jobB} { // durable: a trigger is added to tail.a after its one-shot
+		if _, err := c.ScheduleJob(ctx, client.ScheduleJob{Job: client.Job{Group: k.Group, Name: k.Name, Type: "noop", Durable: true},
 			Triggers: []client.Trigger{client.OneShot(k.Group, k.Name+"-once", time.Now())}}); err != nil {
 			t.Fatal(err)
 		}
