@@ -181,8 +181,9 @@ var errStreamClosed = errors.New("event stream closed")
 // Events reads the events of the namespace from its JetStream streams (AGATE_<ns>_EVENTS,
 // _FIRED and _DONE), those opts select, with ordered consumers: ephemeral, in the server's
 // memory, never acknowledged, dropped by the server a minute after the stream stops reading.
-// Only the subjects that can carry the types asked for are read (a filter on job types reads
-// neither FIRED nor DONE); the job, trigger and type filters are applied to each event.
+// Only the subjects that can carry what is asked for are read (trigger.* types alone read
+// neither FIRED nor DONE; a job filter skips the command, group and calendar events); the job,
+// trigger and type filters are then applied to each event.
 //
 // It returns once every reader is in place, so with Follow an event stored after it returns
 // is delivered. Events come in the order JetStream stored them, across the streams: a fire
@@ -191,8 +192,9 @@ var errStreamClosed = errors.New("event stream closed")
 // that long to be put in that order. An event published again after JetStream's 2-minute
 // duplicate window comes again, with its id.
 //
-// The user of the connection needs, besides a producer's rights, those to create consumers
-// on the three streams and pull from them (docs/contract.md, "NATS permissions"). A
+// The connection's NATS user needs the producer's rights of docs/contract.md, "NATS
+// permissions", which include creating consumers on the three streams and pulling from them;
+// without them Events fails after RequestTimeout with the server's permission violation. A
 // namespace whose streams do not exist yet (no scheduler has started) is an error matching
 // ErrUnavailable.
 func (c *Client) Events(ctx context.Context, opts EventsOptions) (*EventStream, error) {

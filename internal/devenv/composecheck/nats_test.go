@@ -610,6 +610,12 @@ func walkThrough(t *testing.T, r roleClients) {
 		}
 	}
 	prod.allowed(t, "producer reading the streams of events")
+	// A worker may not: the read fails, saying so.
+	workerReader := agateclient.New(work.nc, agateclient.Options{Namespace: ns, RequestTimeout: 500 * time.Millisecond})
+	if _, err := workerReader.Events(step(t), agateclient.EventsOptions{}); err == nil || !strings.Contains(err.Error(), "permissions violation") {
+		t.Errorf("worker reading the events: %v; want a permissions violation", err)
+	}
+	work.denied(t, "worker reading the events", "$JS.API.CONSUMER.CREATE."+events.StreamEvents(ns))
 
 	// Nobody may speak for another role.
 	_ = prod.nc.Publish(subj.Fired("noop"), []byte(`{}`))
