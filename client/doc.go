@@ -1,6 +1,9 @@
 // Package client is the Go client of Agate for producers and operators: typed commands (every
-// command of docs/contract.md) sent over NATS request-reply, and a Publisher that sends many
-// commands asynchronously on the durable command subjects.
+// command of docs/contract.md) and queries sent over NATS request-reply, a Publisher that sends
+// many commands asynchronously on the durable command subjects, and a reader of the events.
+//
+// Events reads the namespace's events (CloudEvents, docs/contract.md "Events") from its
+// JetStream streams: those stored, in the order they were stored, and with Follow those to come.
 //
 // A Client needs only a NATS connection with a producer's rights on the namespace:
 //

@@ -87,3 +87,34 @@ func ExamplePublisher_Publish() {
 	fmt.Println(len(ids), err)
 	// Output: 100 <nil>
 }
+
+// Follow a job's events as they happen: here the scheduling of its trigger. Events returns once
+// it reads, so nothing published after it is missed; without Follow it reads what is stored.
+func ExampleClient_Events() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := client.New(exampleCluster().NC, client.Options{Namespace: "examples"})
+	job := client.Key{Group: "audit", Name: "export"}
+	events, err := c.Events(ctx, client.EventsOptions{Follow: true, NewOnly: true, Job: &job, Types: []string{"trigger.scheduled"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer events.Close()
+	if _, err := c.ScheduleJob(ctx, client.ScheduleJob{
+		Job:      client.Job{Group: job.Group, Name: job.Name, Type: "noop"},
+		Triggers: []client.Trigger{client.Cron("audit", "weekly", "0 0 3 ? * MON", "UTC")},
+	}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for ev, err := range events.All() {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(ev.Type, ev.Subject)
+		break
+	}
+	// Output: agate.trigger.scheduled audit.weekly
+}

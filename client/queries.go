@@ -76,16 +76,6 @@ type JobRef struct {
 	Type  string `json:"type"`
 }
 
-// Event is an entry of the event log, as CloudEvents: Data is its type's data.
-type Event struct {
-	ID      string          `json:"id"`
-	Type    string          `json:"type"`
-	Source  string          `json:"source"`
-	Time    time.Time       `json:"time"`
-	Subject string          `json:"subject,omitempty"`
-	Data    json.RawMessage `json:"data"`
-}
-
 // Execution is a fire in flight.
 type Execution struct {
 	FireID        string    `json:"fireId"`

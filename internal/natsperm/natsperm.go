@@ -37,6 +37,8 @@ const (
 type Permissions struct {
 	Publish   []string
 	Subscribe []string
+	// PublishDeny are exceptions to Publish: subjects it matches that the user may not use.
+	PublishDeny []string
 	// AllowResponses lets the user publish once to the reply subject of a request it received
 	// (the scheduler answering agate.<ns>.api.* requests).
 	AllowResponses bool
@@ -106,10 +108,30 @@ func For(ns string, role Role) (Permissions, error) {
 		// Sends commands, durably or as requests, and queries; watches outcomes; discovers its
 		// namespace's service. Not the bare $SRV verbs: every service of the account answers
 		// them, other namespaces' schedulers included.
-		return Permissions{
+		p := Permissions{
 			Publish:   append([]string{s.All("cmd"), s.All("api")}, serviceSubjects(ns)...),
 			Subscribe: []string{"_INBOX.>", s.All("evt")},
-		}, nil
+		}
+		// Reads EVENTS, FIRED and DONE (agatectl events, client.Events) through ordered
+		// consumers: it creates consumers filtered on the stream's own subjects and pulls from
+		// them (no acks). NATS permissions match whole subject tokens, so a consumer name cannot
+		// be held to new ephemeral ones: the same rights would let a producer update or pull
+		// from an existing consumer of those streams. The scheduler's durable on DONE is
+		// denied by name; the workers' worker-<type> on FIRED cannot be, and a producer, who
+		// may already delete, pause and interrupt any job, is trusted with them.
+		for _, sf := range []struct{ stream, family string }{
+			{events.StreamEvents(ns), "evt"}, {events.StreamFired(ns), "fired"}, {events.StreamDone(ns), "done"},
+		} {
+			p.Publish = append(p.Publish,
+				"$JS.API.CONSUMER.CREATE."+sf.stream+".*."+s.All(sf.family),
+				"$JS.API.CONSUMER.MSG.NEXT."+sf.stream+".*")
+		}
+		done := events.StreamDone(ns)
+		p.PublishDeny = []string{
+			"$JS.API.CONSUMER.CREATE." + done + "." + schedulerDoneDurable + ".>",
+			"$JS.API.CONSUMER.MSG.NEXT." + done + "." + schedulerDoneDurable,
+		}
+		return p, nil
 	}
 	return Permissions{}, fmt.Errorf("unknown role %q", role)
 }
@@ -187,7 +209,12 @@ reply subject).`},
 create their durables worker-<type> on FIRED, pull and settle fires, publish outcomes, listen
 to MAX_DELIVERIES advisories and read a dead-lettered fire back by sequence.`},
 	Producer: {"Producers", `send commands (durably or as requests) and queries, discover the service agate-<ns>
-($SRV.PING/INFO/STATS.agate-<ns>), and watch events; nothing else.`},
+($SRV.PING/INFO/STATS.agate-<ns>), watch events, and read the EVENTS, FIRED and DONE streams
+(agatectl events) through ordered consumers: create consumers filtered on the stream's subjects
+and pull from them. NATS cannot hold these rights to new consumers, so they also reach existing
+ones of those streams: the scheduler's scheduler-done is denied by name, the workers'
+worker-<type> cannot be (producers already steer every job). Remove the CONSUMER lines to keep
+producers off the streams; agatectl events then fails.`},
 }
 
 // Config returns the accounts block of a nats-server configuration: one JetStream-enabled
@@ -252,8 +279,8 @@ accounts {
 			c := roleComments[r]
 			fmt.Fprintf(&b, "    # %s of namespace %q:\n    # %s\n", c[0], n.Name, strings.ReplaceAll(c[1], "\n", "\n    # "))
 			fmt.Fprintf(&b, "    %s = {\n", n.varName(r))
-			writeList(&b, "publish", p.Publish)
-			writeList(&b, "subscribe", p.Subscribe)
+			writeList(&b, "publish", p.Publish, p.PublishDeny)
+			writeList(&b, "subscribe", p.Subscribe, nil)
 			if p.AllowResponses {
 				b.WriteString("      allow_responses: true\n")
 			}
@@ -270,12 +297,22 @@ accounts {
 	return b.String(), nil
 }
 
-func writeList(b *strings.Builder, key string, subjects []string) {
-	fmt.Fprintf(b, "      %s: {\n        allow: [\n", key)
-	for _, s := range subjects {
-		fmt.Fprintf(b, "          %q\n", s)
+func writeList(b *strings.Builder, key string, allow, deny []string) {
+	fmt.Fprintf(b, "      %s: {\n", key)
+	for _, l := range []struct {
+		name     string
+		subjects []string
+	}{{"allow", allow}, {"deny", deny}} {
+		if len(l.subjects) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "        %s: [\n", l.name)
+		for _, s := range l.subjects {
+			fmt.Fprintf(b, "          %q\n", s)
+		}
+		b.WriteString("        ]\n")
 	}
-	b.WriteString("        ]\n      }\n")
+	b.WriteString("      }\n")
 }
 
 // ConfigFromArgs is Config of the namespaces of `nats-config --namespace` arguments, each

@@ -25,6 +25,14 @@ func TestDurableNamesMatchTheCode(t *testing.T) {
 			t.Errorf("scheduler may not publish to %s", want)
 		}
 	}
+	// Producers read DONE through consumers of their own, never through the scheduler's.
+	p, err = natsperm.For("ns", natsperm.Producer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(p.PublishDeny, "$JS.API.CONSUMER.MSG.NEXT.AGATE_ns_DONE."+complete.DurableName) {
+		t.Errorf("producer is not denied pulling from %s: deny %v", complete.DurableName, p.PublishDeny)
+	}
 	if got := events.WorkerDurable("x"); !strings.HasPrefix(got, "worker-") {
 		t.Errorf("events.WorkerDurable = %q; the docs and the dead-letter filter expect worker-<type>", got)
 	}
@@ -53,6 +61,28 @@ func TestPermissionsStayInTheirNamespace(t *testing.T) {
 	}
 	if _, err := natsperm.For("ns", "admin"); err == nil {
 		t.Error("For accepted role admin")
+	}
+}
+
+// Producers may read the three streams of events through consumers, and no other stream.
+func TestProducerReadsOnlyTheEventStreams(t *testing.T) {
+	p, err := natsperm.For("ns", natsperm.Producer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams []string
+	for _, s := range p.Publish {
+		if strings.HasPrefix(s, "$JS.") {
+			if !strings.HasPrefix(s, "$JS.API.CONSUMER.CREATE.") && !strings.HasPrefix(s, "$JS.API.CONSUMER.MSG.NEXT.") {
+				t.Errorf("producer may publish to %s", s)
+			}
+			i := slices.IndexFunc(strings.Split(s, "."), func(tok string) bool { return strings.HasPrefix(tok, "AGATE_") })
+			streams = append(streams, strings.Split(s, ".")[i])
+		}
+	}
+	slices.Sort(streams)
+	if want := []string{"AGATE_ns_DONE", "AGATE_ns_DONE", "AGATE_ns_EVENTS", "AGATE_ns_EVENTS", "AGATE_ns_FIRED", "AGATE_ns_FIRED"}; !slices.Equal(streams, want) {
+		t.Errorf("producer's consumer rights are on %v; want create and pull on EVENTS, FIRED and DONE", streams)
 	}
 }
 

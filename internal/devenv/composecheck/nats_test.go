@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	agateclient "github.com/agatesched/agate/client"
 	"github.com/agatesched/agate/internal/api"
 	"github.com/agatesched/agate/internal/apierr"
 	"github.com/agatesched/agate/internal/command"
@@ -326,6 +327,9 @@ func TestNATSPermissionsSecondNamespace(t *testing.T) {
 		c.from.producer.denied(t, who+"producer commanding namespace "+c.to.ns, other.Command("pause_all"))
 		_, _ = c.from.producer.nc.SubscribeSync(other.All("evt"))
 		c.from.producer.denied(t, who+"producer watching namespace "+c.to.ns, other.All("evt"))
+		readOther := "$JS.API.CONSUMER.CREATE." + events.StreamEvents(c.to.ns) + ".x." + other.All("evt")
+		_ = c.from.producer.nc.Publish(readOther, []byte(`{}`))
+		c.from.producer.denied(t, who+"producer reading the events of namespace "+c.to.ns, readOther)
 		_ = c.from.producer.nc.Publish(other.API("schedule_job"), []byte(`{}`))
 		c.from.producer.denied(t, who+"producer requesting namespace "+c.to.ns, other.API("schedule_job"))
 		_ = c.from.work.nc.Publish(other.Done("noop"), []byte(`{}`))
@@ -586,6 +590,33 @@ func walkThrough(t *testing.T, r roleClients) {
 	fetchAck(t, doneCons, "scheduler reading the completion")
 	sched.allowed(t, "scheduler reading the completion")
 
+	// Producer: reads the three streams of events through consumers of its own (agatectl
+	// events). The test's messages are no CloudEvents, so each comes as a malformed event.
+	reader := agateclient.New(prod.nc, agateclient.Options{Namespace: ns})
+	if evs, err := reader.Events(step(t), agateclient.EventsOptions{}); err != nil {
+		t.Errorf("producer reading the events: %v", err)
+	} else {
+		read := 0
+		for _, err := range evs.All() {
+			if !errors.Is(err, agateclient.ErrMalformedEvent) {
+				t.Errorf("producer reading the events: %v", err)
+				break
+			}
+			read++
+		}
+		evs.Close()
+		if read != 3 {
+			t.Errorf("producer read %d messages of EVENTS, FIRED and DONE; want the 3 published", read)
+		}
+	}
+	prod.allowed(t, "producer reading the streams of events")
+	// A worker may not: the read fails, saying so.
+	workerReader := agateclient.New(work.nc, agateclient.Options{Namespace: ns, RequestTimeout: 500 * time.Millisecond})
+	if _, err := workerReader.Events(step(t), agateclient.EventsOptions{}); err == nil || !strings.Contains(err.Error(), "permissions violation") {
+		t.Errorf("worker reading the events: %v; want a permissions violation", err)
+	}
+	work.denied(t, "worker reading the events", "$JS.API.CONSUMER.CREATE."+events.StreamEvents(ns))
+
 	// Nobody may speak for another role.
 	_ = prod.nc.Publish(subj.Fired("noop"), []byte(`{}`))
 	prod.denied(t, "producer publishing JobFired", subj.Fired("noop"))
@@ -599,6 +630,17 @@ func walkThrough(t *testing.T, r roleClients) {
 	prod.denied(t, "producer deleting a stream", "$JS.API.STREAM.DELETE.")
 	_ = prod.nc.Publish("$SRV.INFO", nil)
 	prod.denied(t, "producer asking every service of the account", "$SRV.INFO")
+	takeDone := "$JS.API.CONSUMER.MSG.NEXT." + events.StreamDone(ns) + "." + complete.DurableName
+	_ = prod.nc.Publish(takeDone, nil)
+	prod.denied(t, "producer taking a completion from the scheduler", takeDone)
+	changeDone := "$JS.API.CONSUMER.CREATE." + events.StreamDone(ns) + "." + complete.DurableName + "." + subj.All("done")
+	_ = prod.nc.Publish(changeDone, []byte(`{}`))
+	prod.denied(t, "producer changing the scheduler's consumer", changeDone)
+	readCmds := "$JS.API.CONSUMER.CREATE." + events.StreamCommands(ns) + ".x." + subj.All("cmd")
+	_ = prod.nc.Publish(readCmds, []byte(`{}`))
+	prod.denied(t, "producer reading the commands stream", readCmds)
+	_ = prod.nc.Publish("$JS.API.CONSUMER.DELETE."+events.StreamFired(ns)+"."+workerDurable, nil)
+	prod.denied(t, "producer deleting a worker's consumer", "$JS.API.CONSUMER.DELETE.")
 	_ = work.nc.Publish("$SRV.STATS."+events.ServiceName(ns), nil)
 	work.denied(t, "worker asking the scheduler's statistics", "$SRV.STATS.")
 	_ = work.nc.Publish(subj.Evt("trigger"), []byte(`{}`))

@@ -19,6 +19,7 @@ import (
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/worker"
 )
 
 // Node is a scheduler node of one namespace run in this process on the shared test servers, for
@@ -82,4 +83,36 @@ func Start(tb testing.TB, ns string, mod func(*node.Config)) *Node {
 		})
 	})
 	return n
+}
+
+// StartWorker runs a worker of the node's namespace, with the built-in job types (noop, log,
+// sleep, http), in this process until tb ends, so that fires complete.
+func (n *Node) StartWorker(tb testing.TB) {
+	tb.Helper()
+	nc, err := nats.Connect(n.NATSURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reg := worker.NewRegistry()
+	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
+	w, err := worker.New(worker.Config{Namespace: n.Namespace, InstanceID: "w1", Logger: slog.New(slog.DiscardHandler)}, js, reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	// Registered after the node's cleanup, so it runs first: the worker stops before the
+	// node deletes the streams.
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			tb.Errorf("worker: %v", err)
+		}
+		nc.Close()
+	})
 }
