@@ -1,10 +1,13 @@
-// Command agatectl is the operator's command line for Agate. For now it explains cron
-// expressions: which times a Quartz cron expression selects in a time zone.
+// Command agatectl is the operator's command line for Agate: it schedules, steers and inspects
+// a cluster through the public client package (schedule, pause, resume, trigger, delete,
+// interrupt, get, list, next, history, instances, calendars), tails the event log (events
+// -f), and explains cron expressions without a cluster.
 //
+//	agatectl schedule -f jobs.yaml
+//	agatectl events -f --job reports.daily-stats
 //	agatectl cron explain "0 0/15 9-17 ? * MON-FRI" --tz Europe/Paris -n 5
-//	agatectl cron explain "0 0 2 L * ?" --from 2026-12-01T00:00:00Z -o json
 //
-// Exit status: 0 on success, 2 for invalid input (expression, zone, time, flags), 1 otherwise.
+// Exit status: 0 on success; 1 rejected by the cluster; 2 invalid input; 3 unavailable.
 package main
 
 import (
