@@ -77,12 +77,41 @@ type State struct {
 	Fired        map[uuid.UUID]*Fired
 	Calendars    map[string]*Calendar
 	PausedGroups map[string]bool
+	// byJob indexes Triggers by job: deleting a job and blocking its other triggers must not
+	// scan every trigger (a burst's log has as many jobs as triggers).
+	byJob map[events.Key]map[events.Key]*Trigger
 }
 
 // NewState is an empty projection.
 func NewState() *State {
 	return &State{Jobs: map[events.Key]*Job{}, Triggers: map[events.Key]*Trigger{}, Fired: map[uuid.UUID]*Fired{},
-		Calendars: map[string]*Calendar{}, PausedGroups: map[string]bool{}}
+		Calendars: map[string]*Calendar{}, PausedGroups: map[string]bool{}, byJob: map[events.Key]map[events.Key]*Trigger{}}
+}
+
+// putTrigger stores a trigger, replacing the one of its key.
+func (s *State) putTrigger(t *Trigger) {
+	s.deleteTrigger(t.Key)
+	s.Triggers[t.Key] = t
+	m := s.byJob[t.Job]
+	if m == nil {
+		m = map[events.Key]*Trigger{}
+		s.byJob[t.Job] = m
+	}
+	m[t.Key] = t
+}
+
+func (s *State) deleteTrigger(k events.Key) {
+	t := s.Triggers[k]
+	if t == nil {
+		return
+	}
+	delete(s.Triggers, k)
+	if m := s.byJob[t.Job]; m != nil {
+		delete(m, k)
+		if len(m) == 0 {
+			delete(s.byJob, t.Job)
+		}
+	}
 }
 
 // Record is one row of the events table, as replay reads it.
@@ -198,10 +227,8 @@ func (s *State) jobDeleted(r Record) error {
 		return err
 	}
 	delete(s.Jobs, d.Job)
-	for k, t := range s.Triggers {
-		if t.Job == d.Job {
-			delete(s.Triggers, k)
-		}
+	for k := range s.byJob[d.Job] {
+		s.deleteTrigger(k)
 	}
 	return nil
 }
@@ -243,7 +270,7 @@ func (s *State) triggerScheduled(r Record) error {
 	if s.PausedGroups[store.AllGroupsPaused] {
 		s.PausedGroups[d.Trigger.Group] = true
 	}
-	s.Triggers[d.Trigger] = t
+	s.putTrigger(t)
 	return nil
 }
 
@@ -254,7 +281,7 @@ func (s *State) triggerDeleted(r Record) error {
 	if err := decode(r, &d); err != nil {
 		return err
 	}
-	delete(s.Triggers, d.Trigger)
+	s.deleteTrigger(d.Trigger)
 	return nil
 }
 
@@ -269,7 +296,7 @@ func (s *State) triggerRescheduled(r Record) error {
 		return err
 	}
 	if d.NewTrigger != d.Trigger {
-		delete(s.Triggers, d.Trigger)
+		s.deleteTrigger(d.Trigger)
 	}
 	return nil
 }
@@ -387,7 +414,7 @@ func (s *State) triggerRepaired(r Record) error {
 		return err
 	}
 	if d.To == "" {
-		delete(s.Triggers, d.Trigger)
+		s.deleteTrigger(d.Trigger)
 		return nil
 	}
 	return s.changeTrigger(r, func(t *Trigger, d stateChange) { t.State = d.To })
@@ -508,8 +535,8 @@ func (s *State) jobFired(r Record) error {
 	if !d.Nonconcurrent {
 		return nil
 	}
-	for _, o := range s.Triggers {
-		if o.Job != d.Job.Key() || o.Key == d.Trigger {
+	for _, o := range s.byJob[d.Job.Key()] {
+		if o.Key == d.Trigger {
 			continue
 		}
 		switch o.State {

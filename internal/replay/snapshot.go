@@ -66,7 +66,7 @@ func decodeState(b []byte) (*State, error) {
 		s.Jobs[j.Key] = j
 	}
 	for _, t := range f.Triggers {
-		s.Triggers[t.Key] = t
+		s.putTrigger(t)
 	}
 	for _, x := range f.Fired {
 		s.Fired[x.ID] = x

@@ -19,9 +19,9 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	job := events.Key{Group: "g", Name: "j"}
 	st.Jobs[job] = &Job{Key: job, Type: "noop", Durable: true, TimeoutMs: &ms, Data: json.RawMessage(`{"a":1}`), Version: 2}
 	trig := events.Key{Group: "g", Name: "t"}
-	st.Triggers[trig] = &Trigger{Key: trig, Job: job, Kind: "cron", Schedule: json.RawMessage(`{"cron":{"expression":"* * * * * ?"}}`),
+	st.putTrigger(&Trigger{Key: trig, Job: job, Kind: "cron", Schedule: json.RawMessage(`{"cron":{"expression":"* * * * * ?"}}`),
 		Start: now, Calendar: &cal, Priority: 5, Misfire: "smart_policy", Next: &next, Prev: &now, Times: 4, State: "BLOCKED",
-		Partition: 7, TraceContext: &tc, Data: json.RawMessage(`{}`), Version: 1}
+		Partition: 7, TraceContext: &tc, Data: json.RawMessage(`{}`), Version: 1})
 	id := uuid.Must(uuid.NewV7())
 	st.Fired[id] = &Fired{ID: id, Trigger: trig, Job: job, Instance: "n1", FiredTime: now, SchedTime: now, Nonconcurrent: true, Priority: 5}
 	st.Calendars[cal] = &Calendar{Name: cal, Calendar: json.RawMessage(`{"type":"holiday","dates":["2026-12-25"]}`), Version: 1}
