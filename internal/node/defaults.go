@@ -3,6 +3,7 @@ package node
 import (
 	"github.com/agatesched/agate/internal/acquire"
 	"github.com/agatesched/agate/internal/command"
+	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/recovery"
 )
 
@@ -18,6 +19,11 @@ const (
 	WorkerMaxDeliverDefault = recovery.WorkerMaxDeliverDefault
 	WorkerJobTimeoutDefault = recovery.WorkerJobTimeoutDefault
 	AbandonGraceDefault     = recovery.AbandonGraceDefault
+
+	StreamReplicasDefault  = events.StreamReplicasDefault
+	StreamMaxAgeDefault    = events.StreamMaxAgeDefault
+	StreamMaxBytesDefault  = events.StreamMaxBytesDefault
+	DuplicateWindowDefault = events.DuplicateWindowDefault
 )
 
 // BuiltinJobTypes returns the job types cmd/worker runs out of the box, which a node should

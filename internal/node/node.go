@@ -7,6 +7,7 @@ package node
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -49,6 +50,9 @@ type Config struct {
 	SweepDelay       time.Duration
 	JobTypes         []string
 	MaxCommandBytes  int
+	// Streams are the replicas and limits of the namespace's JetStream streams, applied at start
+	// to streams that exist already too (events.EnsureStreamsWith). Zero fields: the defaults.
+	Streams events.StreamSettings
 	// WorkerMaxDeliver, WorkerJobTimeout and AbandonGrace say when an execution with no outcome
 	// is abandoned (recovery.Config); the first two are the workers' --max-deliver and
 	// --job-timeout.
@@ -109,7 +113,7 @@ func (c Config) Validate() error {
 	if c.WorkerMaxDeliver < 0 || c.WorkerJobTimeout < 0 || c.AbandonGrace < 0 || c.HealEvery < 0 {
 		return fmt.Errorf("max-deliver, job-timeout and abandon-grace must be positive")
 	}
-	return nil
+	return c.Streams.Validate()
 }
 
 // Run migrates the database, makes sure the streams and lock rows exist, and runs the node until
@@ -146,8 +150,11 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
 	}
-	if err := retry.Do(ctx, log, "creating the JetStream streams", nil, func() error {
-		return events.EnsureStreams(ctx, js, ns)
+	// NATS unreachable, or a cluster short of servers for the replicas, may pass; settings
+	// JetStream refuses stop the node with the error saying what to change.
+	settingsOK := func(err error) bool { var se *events.SettingsError; return !errors.As(err, &se) }
+	if err := retry.Do(ctx, log, "creating the JetStream streams", settingsOK, func() error {
+		return events.EnsureStreamsWith(ctx, js, ns, cfg.Streams, log)
 	}); err != nil {
 		return stopping(ctx, err)
 	}
