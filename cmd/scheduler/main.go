@@ -207,6 +207,8 @@ func addNodeFlags(cmd *cobra.Command, o *options) {
 	bind("stream-max-bytes", "AGATE_STREAM_MAX_BYTES")
 	f.DurationVar(&o.node.Streams.DuplicateWindow, "stream-duplicate-window", node.DuplicateWindowDefault, "how long JetStream remembers a message's Nats-Msg-Id to drop a second copy (republished events, retried commands); at most --stream-max-age; applied to existing streams at start")
 	bind("stream-duplicate-window", "AGATE_STREAM_DUPLICATE_WINDOW")
+	f.DurationVar(&o.node.IdempotencyWindow, "idempotency-window", node.IdempotencyWindowDefault, "how long a command's outcome is remembered under its id: sent again within it, a command is answered as the first time; after it, handled as new; older outcomes (and rejected bodies) are deleted; at least --stream-max-age")
+	bind("idempotency-window", "AGATE_IDEMPOTENCY_WINDOW")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	bind("log-level", "AGATE_LOG_LEVEL")
 }

@@ -5,6 +5,7 @@ import (
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/recovery"
+	"github.com/agatesched/agate/internal/retention"
 )
 
 // Defaults of Config, re-exported from the steps that own them so that the command line can show
@@ -24,6 +25,8 @@ const (
 	StreamMaxAgeDefault    = events.StreamMaxAgeDefault
 	StreamMaxBytesDefault  = events.StreamMaxBytesDefault
 	DuplicateWindowDefault = events.DuplicateWindowDefault
+
+	IdempotencyWindowDefault = retention.IdempotencyWindowDefault
 )
 
 // BuiltinJobTypes returns the job types cmd/worker runs out of the box, which a node should

@@ -1,5 +1,6 @@
 // Package node assembles one scheduler node from the lifecycle steps: command consumer, acquire,
-// fire, outbox relay, completion consumer and recovery, each a Run(ctx) loop under one errgroup.
+// fire, outbox relay, completion consumer and recovery, and the pruning of remembered commands,
+// each a Run(ctx) loop under one errgroup.
 // cmd/scheduler (and the all-in-one dev mode, and the integration tests) start nodes through it;
 // the steps never import each other, the hand-offs are wired here.
 package node
@@ -28,6 +29,7 @@ import (
 	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/query"
 	"github.com/agatesched/agate/internal/recovery"
+	"github.com/agatesched/agate/internal/retention"
 	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/wake"
@@ -53,6 +55,11 @@ type Config struct {
 	// Streams are the replicas and limits of the namespace's JetStream streams, applied at start
 	// to streams that exist already too (events.EnsureStreamsWith). Zero fields: the defaults.
 	Streams events.StreamSettings
+	// IdempotencyWindow is how long a command's outcome (and a rejected body) is remembered;
+	// default retention.IdempotencyWindowDefault, at least the streams' max age. PruneInterval
+	// is the wait between pruning passes (default: the window / 100, a second to a minute).
+	IdempotencyWindow time.Duration
+	PruneInterval     time.Duration
 	// WorkerMaxDeliver, WorkerJobTimeout and AbandonGrace say when an execution with no outcome
 	// is abandoned (recovery.Config); the first two are the workers' --max-deliver and
 	// --job-timeout.
@@ -80,6 +87,7 @@ type TestSignals struct {
 	Complete complete.TestSignals
 	Recovery recovery.TestSignals
 	Outbox   outbox.TestSignals
+	Prune    retention.TestSignals
 }
 
 // LockModes this version implements.
@@ -113,7 +121,19 @@ func (c Config) Validate() error {
 	if c.WorkerMaxDeliver < 0 || c.WorkerJobTimeout < 0 || c.AbandonGrace < 0 || c.HealEvery < 0 {
 		return fmt.Errorf("max-deliver, job-timeout and abandon-grace must be positive")
 	}
-	return c.Streams.Validate()
+	if err := c.Streams.Validate(); err != nil {
+		return err
+	}
+	// A command still in the COMMANDS stream may be delivered again (a durable consumer made
+	// anew delivers the whole stream): its outcome must still be remembered then.
+	window := cmp.Or(c.IdempotencyWindow, retention.IdempotencyWindowDefault)
+	maxAge := cmp.Or(c.Streams.MaxAge, events.StreamMaxAgeDefault)
+	if c.IdempotencyWindow < 0 || window < maxAge {
+		return fmt.Errorf("idempotency window %s is shorter than the stream max age %s: a command the COMMANDS "+
+			"stream still holds could be applied twice if delivered again; set --idempotency-window to at least "+
+			"--stream-max-age", window, maxAge)
+	}
+	return nil
 }
 
 // Run migrates the database, makes sure the streams and lock rows exist, and runs the node until
@@ -193,9 +213,12 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		Wake: wakeup, Member: member, Clock: clock, JetStream: js, HealEvery: cfg.HealEvery,
 		WorkerMaxDeliver: cfg.WorkerMaxDeliver, WorkerJobTimeout: cfg.WorkerJobTimeout, AbandonGrace: cfg.AbandonGrace}, pool, ob)
 
+	pruner := retention.NewPruner(retention.Config{Namespace: ns, Window: cfg.IdempotencyWindow,
+		Interval: cfg.PruneInterval, Logger: log}, pool)
+
 	if ts := cfg.TestSignals; ts != nil {
 		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete
-		recoverer.TestSignals, ob.TestSignals = ts.Recovery, ts.Outbox
+		recoverer.TestSignals, ob.TestSignals, pruner.TestSignals = ts.Recovery, ts.Outbox, ts.Prune
 	}
 	if err := recoverer.Join(ctx); err != nil {
 		return stopping(ctx, err)
@@ -212,6 +235,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		})
 	}
 	run("recovery", recoverer.Run)
+	run("idempotency pruning", pruner.Run)
 	run("acquire", acq.Run)
 	run("fire queue", queue.Run)
 	run("outbox", ob.Run)
