@@ -1,12 +1,8 @@
 package events
 
 import (
-	"context"
 	"fmt"
 	"regexp"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -63,25 +59,3 @@ func StreamDone(ns string) string { return "AGATE_" + ns + "_DONE" }
 
 // StreamEvents names the stream of every other event.
 func StreamEvents(ns string) string { return "AGATE_" + ns + "_EVENTS" }
-
-// DuplicateWindow is how long JetStream remembers Nats-Msg-Id values to drop duplicates.
-const DuplicateWindow = 2 * time.Minute
-
-// EnsureStreams creates or updates the four streams of a namespace. Any node may call it at start.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, ns string) error {
-	s := Subjects(ns)
-	streams := []jetstream.StreamConfig{
-		{Name: StreamCommands(ns), Subjects: []string{s.All("cmd")}, MaxAge: 7 * 24 * time.Hour},
-		{Name: StreamFired(ns), Subjects: []string{s.All("fired")}, MaxAge: 7 * 24 * time.Hour},
-		{Name: StreamDone(ns), Subjects: []string{s.All("done")}, MaxAge: 7 * 24 * time.Hour},
-		{Name: StreamEvents(ns), Subjects: []string{s.All("evt")}, MaxAge: 7 * 24 * time.Hour},
-	}
-	for _, cfg := range streams {
-		cfg.Storage = jetstream.FileStorage
-		cfg.Duplicates = DuplicateWindow
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("creating JetStream stream %s: %w", cfg.Name, err)
-		}
-	}
-	return nil
-}

@@ -3,6 +3,7 @@ package node
 import (
 	"github.com/agatesched/agate/internal/acquire"
 	"github.com/agatesched/agate/internal/command"
+	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/recovery"
 	"github.com/agatesched/agate/internal/retention"
 )
@@ -21,6 +22,13 @@ const (
 	AbandonGraceDefault     = recovery.AbandonGraceDefault
 	EventRetentionDefault   = retention.EventRetentionDefault
 	SnapshotIntervalDefault = retention.SnapshotIntervalDefault
+
+	StreamReplicasDefault  = events.StreamReplicasDefault
+	StreamMaxAgeDefault    = events.StreamMaxAgeDefault
+	StreamMaxBytesDefault  = events.StreamMaxBytesDefault
+	DuplicateWindowDefault = events.DuplicateWindowDefault
+
+	IdempotencyWindowDefault = retention.IdempotencyWindowDefault
 )
 
 // BuiltinJobTypes returns the job types cmd/worker runs out of the box, which a node should

@@ -1,5 +1,6 @@
 // Package node assembles one scheduler node from the lifecycle steps: command consumer, acquire,
-// fire, outbox relay, completion consumer and recovery, each a Run(ctx) loop under one errgroup.
+// fire, outbox relay, completion consumer and recovery, and the pruning of remembered commands,
+// each a Run(ctx) loop under one errgroup.
 // cmd/scheduler (and the all-in-one dev mode, and the integration tests) start nodes through it;
 // the steps never import each other, the hand-offs are wired here.
 package node
@@ -7,6 +8,7 @@ package node
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -50,6 +52,14 @@ type Config struct {
 	SweepDelay       time.Duration
 	JobTypes         []string
 	MaxCommandBytes  int
+	// Streams are the replicas and limits of the namespace's JetStream streams, applied at start
+	// to streams that exist already too (events.EnsureStreamsWith). Zero fields: the defaults.
+	Streams events.StreamSettings
+	// IdempotencyWindow is how long a command's outcome (and a rejected body) is remembered;
+	// default retention.IdempotencyWindowDefault, at least the streams' max age. PruneInterval
+	// is the wait between pruning passes (default: the window / 100, a second to a minute).
+	IdempotencyWindow time.Duration
+	PruneInterval     time.Duration
 	// WorkerMaxDeliver, WorkerJobTimeout and AbandonGrace say when an execution with no outcome
 	// is abandoned (recovery.Config); the first two are the workers' --max-deliver and
 	// --job-timeout.
@@ -83,6 +93,7 @@ type TestSignals struct {
 	Complete complete.TestSignals
 	Recovery recovery.TestSignals
 	Outbox   outbox.TestSignals
+	Prune    retention.TestSignals
 }
 
 // LockModes this version implements.
@@ -115,6 +126,18 @@ func (c Config) Validate() error {
 	}
 	if c.WorkerMaxDeliver < 0 || c.WorkerJobTimeout < 0 || c.AbandonGrace < 0 || c.HealEvery < 0 {
 		return fmt.Errorf("max-deliver, job-timeout and abandon-grace must be positive")
+	}
+	if err := c.Streams.Validate(); err != nil {
+		return err
+	}
+	// A command still in the COMMANDS stream may be delivered again (a durable consumer made
+	// anew delivers the whole stream): its outcome must still be remembered then.
+	window := cmp.Or(c.IdempotencyWindow, retention.IdempotencyWindowDefault)
+	maxAge := cmp.Or(c.Streams.MaxAge, events.StreamMaxAgeDefault)
+	if c.IdempotencyWindow < 0 || window < maxAge {
+		return fmt.Errorf("idempotency window %s is shorter than the stream max age %s: a command the COMMANDS "+
+			"stream still holds could be applied twice if delivered again; set --idempotency-window to at least "+
+			"--stream-max-age", window, maxAge)
 	}
 	return nil
 }
@@ -156,8 +179,11 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
 	}
-	if err := retry.Do(ctx, log, "creating the JetStream streams", nil, func() error {
-		return events.EnsureStreams(ctx, js, ns)
+	// NATS unreachable, or a cluster short of servers for the replicas, may pass; settings
+	// JetStream refuses stop the node with the error saying what to change.
+	settingsOK := func(err error) bool { var se *events.SettingsError; return !errors.As(err, &se) }
+	if err := retry.Do(ctx, log, "creating the JetStream streams", settingsOK, func() error {
+		return events.EnsureStreamsWith(ctx, js, ns, cfg.Streams, log)
 	}); err != nil {
 		return stopping(ctx, err)
 	}
@@ -198,10 +224,12 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 
 	upkeep := retention.NewEvents(retention.EventsConfig{Namespace: ns, Retention: cmp.Or(cfg.EventRetention, retention.EventRetentionDefault),
 		SnapshotInterval: cmp.Or(cfg.SnapshotInterval, retention.SnapshotIntervalDefault), Logger: log}, pool)
+	pruner := retention.NewPruner(retention.Config{Namespace: ns, Window: cfg.IdempotencyWindow,
+		Interval: cfg.PruneInterval, Logger: log}, pool)
 
 	if ts := cfg.TestSignals; ts != nil {
 		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete
-		recoverer.TestSignals, ob.TestSignals = ts.Recovery, ts.Outbox
+		recoverer.TestSignals, ob.TestSignals, pruner.TestSignals = ts.Recovery, ts.Outbox, ts.Prune
 	}
 	if err := recoverer.Join(ctx); err != nil {
 		return stopping(ctx, err)
@@ -218,6 +246,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		})
 	}
 	run("recovery", recoverer.Run)
+	run("idempotency pruning", pruner.Run)
 	run("acquire", acq.Run)
 	run("fire queue", queue.Run)
 	run("outbox", ob.Run)

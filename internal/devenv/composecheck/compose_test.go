@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -318,6 +319,11 @@ func TestComposeSchedulers(t *testing.T) {
 			}
 		}
 		checkNATSURL(t, s.Name, env(s, "NATS_URL"), "scheduler", nodes)
+		// Streams on one server of the cluster would be lost with it: one replica per server,
+		// up to three.
+		if got, want := env(s, "AGATE_STREAM_REPLICAS"), strconv.Itoa(min(len(nodes), 3)); got != want {
+			t.Errorf("%s: AGATE_STREAM_REPLICAS %q; want %s for %d NATS servers", s.Name, got, want, len(nodes))
+		}
 		checkOTLP(t, p, s)
 		checkDependsHealthy(t, s, append([]string{pg.Name}, names(byImage(p, "nats:"))...)...)
 	}

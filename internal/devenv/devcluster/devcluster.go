@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// The tail reads the streams from their current end, so they must exist before the node
 	// creates them; creating them is idempotent.
-	if err := events.EnsureStreams(ctx, js, cfg.Node.Namespace); err != nil {
+	if err := events.EnsureStreamsWith(ctx, js, cfg.Node.Namespace, cfg.Node.Streams, log); err != nil {
 		return err
 	}
 
