@@ -52,7 +52,7 @@ func TestEvents(t *testing.T) {
 	}
 	nextA, stopA := iter.Pull2(liveA.All())
 	defer stopA()
-	want := []string{"agate.trigger.scheduled tail.a-once", "agate.job.fired tail.a", "agate.job.completed tail.a"}
+	want := []string{"agate.job.added tail.a", "agate.trigger.scheduled tail.a-once", "agate.job.fired tail.a", "agate.job.completed tail.a"}
 	if got := take(t, nextA, len(want)); !slices.Equal(got, want) {
 		t.Fatalf("following job tail.a: %q; want %q", got, want)
 	}
@@ -66,7 +66,8 @@ func TestEvents(t *testing.T) {
 	}
 	nextB, stopB := iter.Pull2(liveB.All())
 	defer stopB()
-	want = []string{"agate.trigger.scheduled tail.b-once", "agate.job.fired tail.b", "agate.job.completed tail.b"}
+	want = []string{"agate.trigger.scheduled tail.b-once", "agate.job.fired tail.b", "agate.job.completed tail.b",
+		"agate.trigger.completed tail.b-once"}
 	if got := take(t, nextB, len(want)); !slices.Equal(got, want) {
 		t.Fatalf("following trigger tail.b-once: %q; want %q", got, want)
 	}
@@ -97,7 +98,8 @@ func TestEvents(t *testing.T) {
 		{"by type", client.EventsOptions{Types: []string{"job.fired", "JobCompleted"}},
 			[]string{"agate.job.fired tail.a", "agate.job.completed tail.a", "agate.job.fired tail.b", "agate.job.completed tail.b"}},
 		{"by trigger", client.EventsOptions{Trigger: &trigB},
-			[]string{"agate.trigger.scheduled tail.b-once", "agate.job.fired tail.b", "agate.job.completed tail.b"}},
+			[]string{"agate.trigger.scheduled tail.b-once", "agate.job.fired tail.b", "agate.job.completed tail.b",
+				"agate.trigger.completed tail.b-once"}},
 		{"by job and type", client.EventsOptions{Job: &jobA, Types: []string{"agate.trigger.scheduled"}},
 			[]string{"agate.trigger.scheduled tail.a-once", "agate.trigger.scheduled tail.a-later"}},
 		{"a type that never names a job", client.EventsOptions{Job: &jobA, Types: []string{"command.accepted"}}, nil},
