@@ -97,7 +97,7 @@ compiled with javac against Debian's libquartz2-java; skipped with the install l
 with --compare-procs processes each, on the same PostgreSQL, and prints the ratios.
 
 --profile DIR writes a CPU profile (--profile-seconds long, from T0) of every scheduler and
-worker process of each workload through its pprof listener (` + cli.PprofEnv + `).
+worker process of each workload through its HTTP listener (` + cli.HTTPAddrEnv + ` with ` + cli.PprofEnv + `=true).
 Progress goes to stderr; the report (markdown, or JSON with -o json) to stdout. Run nothing
 else heavy on the machine while timing.`,
 		SilenceUsage:  true,

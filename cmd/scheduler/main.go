@@ -53,6 +53,7 @@ type options struct {
 	jobTypes    []string
 	dataDir     string
 	natsPort    int
+	http        cli.HTTP // the HTTP listener: health, readiness, metrics
 }
 
 func rootCommand() *cobra.Command {
@@ -69,9 +70,14 @@ Commands:
   replay   rebuild a namespace's tables from its event log and diff them against the live ones
   dev      all-in-one development cluster: embedded NATS, local PostgreSQL, a node, a worker
   nats-config  print the NATS account, users and permissions of one or more namespaces
+  healthcheck  exit 0 when the node listening on --http is ready (a container health check)
 
 Every flag can also be set by the environment variable named in its help; the flag wins.
-OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no export).`,
+OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no export).
+With --http (AGATE_HTTP_ADDR) a node serves /healthz (alive), /readyz (200 when its database and
+JetStream answer, it is a member of the cluster and its loops run; 503 with what is not, in JSON)
+and /metrics (Prometheus); --pprof adds Go's profiles under /debug/pprof/. A port alone (:8080)
+listens on 127.0.0.1; give an address (0.0.0.0:8080) to be reached from elsewhere.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -85,6 +91,7 @@ OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no e
 		},
 	}
 	addNodeFlags(runCmd, o)
+	addHTTPFlags(runCmd, o, "")
 	f := runCmd.Flags()
 	f.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL; required")
 	cli.BindEnv(f, "database-url", "DATABASE_URL")
@@ -106,7 +113,7 @@ OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no e
 	migrateCmd.Flags().StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL; required")
 	cli.BindEnv(migrateCmd.Flags(), "database-url", "DATABASE_URL")
 
-	root.AddCommand(runCmd, migrateCmd, replayCommand(), devCommand(), natsConfigCommand())
+	root.AddCommand(runCmd, migrateCmd, replayCommand(), devCommand(), natsConfigCommand(), cli.HealthcheckCommand())
 	// "scheduler" alone runs a node, as "scheduler run" does.
 	root.RunE = runCmd.RunE
 	root.Flags().AddFlagSet(runCmd.Flags())
@@ -124,7 +131,10 @@ func devCommand() *cobra.Command {
   - PostgreSQL from the machine's binaries, data in <data-dir>/postgres, unless --database-url
     (DATABASE_URL) names a database (scripts/ensure-postgres.sh installs the binaries when they
     are missing);
-  - one scheduler node and one worker with the built-in job types (noop, sleep, log, http).
+  - one scheduler node and one worker with the built-in job types (noop, sleep, log, http);
+  - one HTTP listener for both on --http (default ` + devHTTPAddr + `, a free port if that one is
+    taken; empty: none): /healthz, /readyz (the node's conditions and the worker's) and /metrics
+    (the node's metrics and the worker's).
 Lines show triggers being scheduled, jobs fired, run and completed. Ctrl-C stops everything
 cleanly (exit status 0); running it again picks up where it left off.`,
 		Args: cobra.NoArgs,
@@ -133,6 +143,7 @@ cleanly (exit status 0); running it again picks up where it left off.`,
 		},
 	}
 	addNodeFlags(cmd, o)
+	addHTTPFlags(cmd, o, devHTTPAddr)
 	f := cmd.Flags()
 	f.StringVar(&o.dataDir, "data-dir", ".agate-dev", "where dev mode keeps PostgreSQL and JetStream data")
 	cli.BindEnv(f, "data-dir", "AGATE_DEV_DIR")
@@ -249,9 +260,11 @@ func runNode(ctx context.Context, o *options) error {
 		return err
 	}
 	cfg.Logger = log
-	if err := cli.ServePprof(ctx, log); err != nil {
-		return fmt.Errorf("%s: %w", cli.PprofEnv, err)
+	stopHTTP, err := serveHTTP(ctx, o, log, &cfg)
+	if err != nil {
+		return err
 	}
+	defer stopHTTP()
 	shutdown, err := telemetry.Setup(ctx, "agate-scheduler")
 	if err != nil {
 		return err
@@ -281,7 +294,7 @@ func runDev(ctx context.Context, o *options) error {
 		return err
 	}
 	return stopped(ctx, devcluster.Run(ctx, devcluster.Config{DataDir: o.dataDir, NATSPort: o.natsPort,
-		DatabaseURL: o.databaseURL, Node: cfg, Logger: log}))
+		DatabaseURL: o.databaseURL, Node: cfg, Logger: log, HTTP: o.http.Addr, Pprof: o.http.Pprof}))
 }
 
 func migrate(ctx context.Context, databaseURL string) error {

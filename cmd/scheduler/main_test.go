@@ -26,11 +26,13 @@ func TestMain(m *testing.M) {
 var firedLine = regexp.MustCompile(`msg=fired .* fire_id=(\S+)`)
 
 // runDevUntil runs `scheduler dev` on dataDir in a process group of its own, as a terminal runs
-// a foreground job, until its log shows want fired lines; then it sends SIGINT to the whole group,
-// as Ctrl-C does, and returns the log and the exit error.
-func runDevUntil(t *testing.T, dataDir string, want int) (string, error) {
+// a foreground job, until its log shows want fired lines; then it calls check, when not nil, with
+// the address of its HTTP listener, sends SIGINT to the whole group, as Ctrl-C does, and returns
+// the log and the exit error.
+func runDevUntil(t *testing.T, dataDir string, want int, check func(addr string)) (string, error) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "dev", "--data-dir", dataDir, "--nats-port", "0", "--instance-id", "dev-test")
+	cmd := exec.Command(os.Args[0], "dev", "--data-dir", dataDir, "--nats-port", "0", "--instance-id", "dev-test",
+		"--http", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "AGATE_SCHEDULER_RUN_MAIN=1", "DATABASE_URL=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
@@ -47,14 +49,28 @@ func runDevUntil(t *testing.T, dataDir string, want int) (string, error) {
 	fired := 0
 	deadline := time.AfterFunc(2*time.Minute, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	defer deadline.Stop()
-	for fired < want && lines.Scan() {
+	var addr string
+	ran := check == nil // check reads the worker's metrics: a run must have been counted
+	for (fired < want || !ran) && lines.Scan() {
 		log.WriteString(lines.Text() + "\n")
 		if firedLine.MatchString(lines.Text()) {
 			fired++
 		}
+		if m := servingLine.FindStringSubmatch(lines.Text()); m != nil {
+			addr = m[1]
+		}
+		// The worker logs a run after counting it.
+		ran = ran || strings.Contains(lines.Text(), `msg="job completed"`)
 	}
 	if fired < want {
 		t.Fatalf("dev cluster logged %d fires, want %d:\n%s", fired, want, log.String())
+	}
+	if check != nil {
+		if addr == "" {
+			t.Fatalf("dev cluster logged no HTTP listener:\n%s", log.String())
+		}
+		check(addr) // a few requests: the log the process writes meanwhile fits in the pipe
+
 	}
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -77,11 +93,25 @@ func TestDevStopsCleanlyOnCtrlC(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	first, err := runDevUntil(t, dir, 3)
+	first, err := runDevUntil(t, dir, 3, func(addr string) {
+		// One listener for the node and the worker: both's conditions, both's metrics.
+		_, checks := readiness(t, addr)
+		for _, probe := range []string{"database", "jetstream", "cluster", "loops", "nats", "consumers"} {
+			if _, ok := checks[probe]; !ok {
+				t.Errorf("dev /readyz has no %s check: %v", probe, checks)
+			}
+		}
+		_, body := get(t, addr, "/metrics")
+		for _, name := range []string{"agate_scheduler_fires_total", "agate_worker_runs_total"} {
+			if !strings.Contains(body, name+"{") {
+				t.Errorf("dev /metrics has no %s", name)
+			}
+		}
+	})
 	if err != nil {
 		t.Fatalf("first run exited with %v after SIGINT, want status 0; log:\n%s", err, first)
 	}
-	second, err := runDevUntil(t, dir, 2)
+	second, err := runDevUntil(t, dir, 2, nil)
 	if err != nil {
 		t.Fatalf("second run exited with %v after SIGINT, want status 0; log:\n%s", err, second)
 	}

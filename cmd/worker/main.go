@@ -43,6 +43,7 @@ type options struct {
 	drainTimeout               time.Duration
 	logLevel                   string
 	httpAllow                  worker.HTTPAllowList
+	http                       cli.HTTP // the HTTP listener: health, readiness, metrics
 }
 
 func newCommand() *cobra.Command {
@@ -60,6 +61,11 @@ redelivered to another worker after --ack-wait.
 
 Every flag can also be set by the environment variable named in its help; the flag wins.
 OpenTelemetry tracing is configured by the standard OTEL_* variables (none: no export).
+With --http (AGATE_HTTP_ADDR) the worker serves /healthz (alive), /readyz (200 when it is
+connected to NATS and pulling jobs; 503 with what is not, in JSON) and /metrics (Prometheus);
+--pprof adds Go's profiles under /debug/pprof/. A port alone (:8080) listens on 127.0.0.1;
+give an address (0.0.0.0:8080) to be reached from elsewhere. "worker healthcheck" asks /readyz
+and exits 0 or 1, for a container health check.
 SIGINT or SIGTERM stops fetching and lets running jobs finish (up to --drain-timeout).`,
 		SilenceUsage: true, // an error message, not the help, when the worker fails
 		Args:         cobra.NoArgs,
@@ -93,6 +99,8 @@ SIGINT or SIGTERM stops fetching and lets running jobs finish (up to --drain-tim
 	bind("log-level", "AGATE_LOG_LEVEL")
 	f.Var(&o.httpAllow, "http-allow", "destinations http jobs may reach although refused by default (loopback, link-local, cloud metadata, unspecified): comma-separated CIDRs, IP addresses and host names (a name is allowed whatever it resolves to)")
 	bind("http-allow", "AGATE_HTTP_ALLOW")
+	cli.AddHTTPFlags(f, &o.http, "")
+	cmd.AddCommand(cli.HealthcheckCommand())
 	cli.Setup(cmd, "worker")
 	return cmd
 }
@@ -122,9 +130,11 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 		stop() // a second signal gets the default behaviour: exit now
 	}()
 
-	if err := cli.ServePprof(ctx, log); err != nil {
-		return fmt.Errorf("%s: %w", cli.PprofEnv, err)
+	srv, err := cli.StartHTTP(ctx, o.http, "agate-worker", log)
+	if err != nil {
+		return err
 	}
+	defer srv.Stop(ctx) // after the worker drained: /readyz says it stopped pulling meanwhile
 	shutdownTelemetry, err := telemetry.Setup(ctx, "agate-worker")
 	if err != nil {
 		return err
@@ -164,10 +174,12 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 		DefaultTimeout: o.jobTimeout,
 		DrainTimeout:   o.drainTimeout,
 		Logger:         log,
+		MeterProvider:  srv.MeterProvider(),
 	}, js, reg)
 	if err != nil {
 		return err
 	}
+	srv.AddProbes(w.Probes()...)
 	log.Info("connected to NATS", "server", natsconn.Redact(nc.ConnectedUrl()), "instance", o.instanceID)
 	return w.Run(ctx)
 }

@@ -82,6 +82,8 @@ type Acquirer struct {
 	next   int           // the partition the next pass starts with, so passes spread over partitions
 	busy   time.Duration // the wait after a pass that found every partition held (doubles while it lasts)
 
+	metrics metrics
+
 	TestSignals TestSignals
 }
 
@@ -100,7 +102,7 @@ func New(cfg Config, ob *outbox.Outbox, firer Firer, queue Queue) *Acquirer {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Acquirer{cfg: cfg, outbox: ob, firer: firer, queue: queue}
+	return &Acquirer{cfg: cfg, outbox: ob, firer: firer, queue: queue, metrics: newMetrics(nil)}
 }
 
 // Run acquires until ctx is cancelled.
@@ -245,6 +247,9 @@ func (a *Acquirer) runPartition(ctx context.Context, p int) (Result, error) {
 			return err
 		}
 		res.Claimed = len(claims)
+		if n := len(claims); n > 0 {
+			tx.OnCommit(func() { a.metrics.batch.Record(ctx, float64(n)) })
+		}
 		return nil
 	})
 	// The queue gets the claims made ahead even when the transaction failed: a commit whose answer

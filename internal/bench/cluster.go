@@ -28,7 +28,7 @@ type cluster struct {
 	pprof      []pprofTarget // with --profile: each process's pprof listener
 }
 
-// pprofTarget is one process serving Go's profiles ($AGATE_PPROF_ADDR).
+// pprofTarget is one process serving Go's profiles on its HTTP listener (--http with --pprof).
 type pprofTarget struct{ name, addr string }
 
 // migrate runs `scheduler migrate`, so that the nodes start on the same schema without racing.
@@ -52,7 +52,7 @@ func (b *bench) pprofEnv(c *cluster, name string) ([]string, error) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	c.pprof = append(c.pprof, pprofTarget{name: name, addr: addr})
-	return []string{cli.PprofEnv + "=" + addr}, nil
+	return []string{cli.HTTPAddrEnv + "=" + addr, cli.PprofEnv + "=true"}, nil
 }
 
 // startSchedulers starts n `scheduler run` processes n1…nN on namespace ns.

@@ -102,7 +102,7 @@ func (g *gatherer) do(ctx context.Context, req Request, seq uint64) Outcome {
 		g.lead(ctx, key, b)
 	}
 	<-b.done
-	return it.finish(len(b.items)) // no one joins a batch once it runs
+	return g.h.finish(it, len(b.items)) // no one joins a batch once it runs
 }
 
 func (g *gatherer) lead(ctx context.Context, key int, b *gathering) {

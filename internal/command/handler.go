@@ -77,6 +77,8 @@ type Handler struct {
 	v      *validator
 	tracer trace.Tracer
 	gather *gatherer // of the durable consumer's commands and Apply's
+
+	metrics metrics
 }
 
 // New builds a Handler.
@@ -94,7 +96,7 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, pool: pool, outbox: ob, v: v, tracer: telemetry.Tracer("command")}
+	h := &Handler{cfg: cfg, pool: pool, outbox: ob, v: v, tracer: telemetry.Tracer("command"), metrics: newMetrics(nil)}
 	h.gather = newGatherer(h)
 	return h, nil
 }
@@ -146,7 +148,7 @@ func (h *Handler) HandleBatch(ctx context.Context, reqs []Request) []Outcome {
 	h.run(ctx, items)
 	outs := make([]Outcome, len(items))
 	for i, it := range items {
-		outs[i] = it.finish(len(items))
+		outs[i] = h.finish(it, len(items))
 	}
 	return outs
 }
@@ -193,8 +195,9 @@ func (h *Handler) prepare(ctx context.Context, r Request) *item {
 	return it
 }
 
-// finish ends the item's span and returns its outcome.
-func (it *item) finish(batch int) Outcome {
+// finish ends the item's span, counts its outcome and returns it.
+func (h *Handler) finish(it *item, batch int) Outcome {
+	h.metrics.answered(it.ctx, it.cmd, it.out)
 	it.span.SetAttributes(attribute.String("agate.command_id", it.out.CommandID), attribute.Bool("agate.ok", it.out.OK),
 		attribute.Int("agate.batch", batch))
 	if it.out.Error != nil {
@@ -487,5 +490,5 @@ func (h *Handler) GiveUp(ctx context.Context, cmd string, body []byte, deliverie
 	it.early = &Error{Code: CodeInternal,
 		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)}
 	h.run(ctx, []*item{it})
-	it.finish(1)
+	h.finish(it, 1)
 }

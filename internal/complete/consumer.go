@@ -63,6 +63,8 @@ type Consumer struct {
 	origin events.Origin
 	tracer trace.Tracer
 
+	metrics metrics
+
 	TestSignals TestSignals
 }
 
@@ -77,7 +79,7 @@ func New(cfg Config, ob *outbox.Outbox, js jetstream.JetStream) *Consumer {
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, MaxWaitDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Consumer{cfg: cfg, outbox: ob, js: js, origin: events.Origin{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID},
-		tracer: telemetry.Tracer("complete")}
+		tracer: telemetry.Tracer("complete"), metrics: newMetrics(nil)}
 }
 
 // DurableName is the shared durable consumer of all scheduler nodes on the DONE stream.
@@ -230,6 +232,18 @@ func decode(m jetstream.Msg) (Outcome, error) {
 	return o, nil
 }
 
+// outcome is the outcome attribute of the completions counter for o.
+func (o Outcome) outcome() string {
+	switch {
+	case o.Type == events.TypeJobCompleted:
+		return outcomeCompleted
+	case o.Result.Error != nil && o.Result.Error.Final:
+		return outcomeFailedFinal
+	default:
+		return outcomeFailed
+	}
+}
+
 // ends reports whether an outcome ends the fire's execution.
 func (o Outcome) ends() bool {
 	return o.Type == events.TypeJobCompleted || (o.Result.Error != nil && o.Result.Error.Final)
@@ -303,15 +317,19 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 		}
 		// An execution ends once: a second ending outcome for a fire whose row is already gone
 		// (a redelivered or re-run completion) is not recorded again.
+		counts := map[string]int64{}
 		for _, o := range outs {
 			if _, ok := ended[o.Result.FireID]; o.ends() && !ok {
 				res.Ignored++
+				counts[outcomeDuplicate]++
 				continue
 			}
 			tx.Append(o.Event)
+			counts[o.outcome()]++
 		}
 		tx.Append(end.Events...)
 		res.Ended, res.Released = len(ended), end.Released
+		tx.OnCommit(func() { c.metrics.recorded(ctx, counts) })
 		return nil
 	})
 	if err != nil {

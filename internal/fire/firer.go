@@ -39,9 +39,10 @@ type Config struct {
 // Firer is the fire transaction: it fires claims inside a transaction that holds their lock
 // partition.
 type Firer struct {
-	cfg    Config
-	origin events.Origin
-	tracer trace.Tracer
+	cfg     Config
+	origin  events.Origin
+	tracer  trace.Tracer
+	metrics metrics
 }
 
 // New builds a Firer.
@@ -51,7 +52,7 @@ func New(cfg Config) *Firer {
 		cfg.Now = time.Now
 	}
 	return &Firer{cfg: cfg, origin: events.Origin{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID},
-		tracer: telemetry.Tracer("fire")}
+		tracer: telemetry.Tracer("fire"), metrics: newMetrics(nil)}
 }
 
 // firing is one claim that passed its checks, with its trigger advanced.
@@ -136,6 +137,7 @@ func (f *Firer) FireNext(ctx context.Context, tx *outbox.Tx, claims []store.Clai
 	tx.Append(evs...)
 	tx.Append(errEvs...)
 	tx.Append(dropEvs...)
+	tx.OnCommit(func() { f.metrics.committed(ctx, fires, drops, now) })
 	for _, fi := range fires {
 		if t := fi.trig.NextFireTime; !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t

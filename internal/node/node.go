@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agatesched/agate/internal/acquire"
@@ -81,6 +82,11 @@ type Config struct {
 	// KeepClock fires by Now as it is, uncorrected: for tests that simulate another date.
 	// Production nodes always fire by the database clock.
 	KeepClock bool
+	// MeterProvider records the node's metrics (README, "Health and metrics"). Default: the
+	// global provider, a no-op unless the binary installed one.
+	MeterProvider metric.MeterProvider
+	// Health, when set, is filled in as the node starts, for the HTTP listener's /readyz.
+	Health *Health
 	// TestSignals, when a test set them (and initialised the ones it waits on), tell it what the
 	// node's loops did.
 	TestSignals *TestSignals
@@ -154,6 +160,9 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	}
 	ns := cfg.Namespace
 	locks := cfg.locks()
+	if err := cfg.Health.attach(pool, nc, ns); err != nil {
+		return err
+	}
 	// A connection lost while starting (the database restarting) is waited out, not fatal.
 	err := retry.Do(ctx, log, "preparing the database", store.IsTransient, func() error {
 		if err := store.Migrate(ctx, pool); err != nil {
@@ -199,6 +208,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		cfg.Now = clock.Now
 	}
 	member := &store.Member{} // set by recovery when the node joins; acquire and fire read it
+	cfg.Health.joining(member)
 	ob := outbox.New(outbox.Config{Namespace: ns, InstanceID: cfg.InstanceID, SweepInterval: cfg.SweepInterval, SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
 	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log, Now: cfg.Now})
 	queue := fire.NewQueue(fire.QueueConfig{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, MaxBatch: cfg.Batch,
@@ -231,12 +241,14 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete
 		recoverer.TestSignals, ob.TestSignals, pruner.TestSignals = ts.Recovery, ts.Outbox, ts.Prune
 	}
+	instrument(cfg.MeterProvider, firer, acq, commands, completions, recoverer)
 	if err := recoverer.Join(ctx); err != nil {
 		return stopping(ctx, err)
 	}
 	log.InfoContext(ctx, "scheduler node started", slog.String("namespace", ns),
 		slog.String("lock_mode", cmp.Or(cfg.LockMode, "partitioned")), slog.Int("lock_partitions", locks.Count()))
 	g, ctx := errgroup.WithContext(ctx)
+	cfg.Health.started(ctx)
 	run := func(name string, f func(context.Context) error) {
 		g.Go(func() error {
 			if err := f(ctx); err != nil {

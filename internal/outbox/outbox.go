@@ -87,12 +87,19 @@ func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream) *Outbox {
 type Tx struct {
 	pgx.Tx
 	evs        []events.Event
-	savepoints int // savepoints taken, to name the next
+	savepoints int      // savepoints taken, to name the next
+	onCommit   []func() // see OnCommit
 }
 
 // Append records events of this transaction's change; they are written to the log before
 // commit and published after.
 func (tx *Tx) Append(evs ...events.Event) { tx.evs = append(tx.evs, evs...) }
+
+// OnCommit has f run once the transaction committed, and never when it did not: for what must
+// count only what happened, such as metrics. Functions registered in a Savepoint that rolls back
+// go with it. They run in order, on InTx's goroutine, before the events are queued for
+// publishing: whoever sees an event on the bus sees what its transaction's functions did.
+func (tx *Tx) OnCommit(f func()) { tx.onCommit = append(tx.onCommit, f) }
 
 // Savepoint runs fn after a SAVEPOINT of tx: when fn returns an error its writes and the events
 // it appended are rolled back to the savepoint and the rest of tx goes on; else they stay part
@@ -107,10 +114,10 @@ func (tx *Tx) Savepoint(ctx context.Context, fn func(tx *Tx) error) error {
 	if _, err := tx.Exec(ctx, "savepoint "+name); err != nil {
 		return fmt.Errorf("starting savepoint: %w", err)
 	}
-	n := len(tx.evs)
+	n, m := len(tx.evs), len(tx.onCommit)
 	err := fn(tx)
 	if err != nil {
-		tx.evs = tx.evs[:n]
+		tx.evs, tx.onCommit = tx.evs[:n], tx.onCommit[:m]
 		if _, rerr := tx.Exec(ctx, "rollback to savepoint "+name); rerr != nil {
 			return errors.Join(err, fmt.Errorf("rolling back to savepoint: %w", rerr))
 		}
@@ -129,13 +136,14 @@ type queued struct {
 // event that cannot be queued is in the log, and the sweep publishes it.
 func (o *Outbox) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	var evs []events.Event
+	var onCommit []func()
 	pt := o.pub.begin()
 	err := store.InTx(ctx, o.pool, func(ptx pgx.Tx) error {
 		tx := &Tx{Tx: ptx}
 		if err := fn(tx); err != nil {
 			return err
 		}
-		evs = tx.evs
+		evs, onCommit = tx.evs, tx.onCommit
 		xid, err := appendEvents(ctx, ptx, o.cfg.Namespace, evs)
 		if err == nil && xid != 0 {
 			o.pub.assigned(pt, xid)
@@ -145,6 +153,9 @@ func (o *Outbox) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		o.pub.failed(pt)
 		return err
+	}
+	for _, f := range onCommit {
+		f()
 	}
 	o.enqueue(ctx, evs, pt)
 	return nil

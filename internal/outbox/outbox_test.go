@@ -299,3 +299,41 @@ func TestSweepSkipsWhatANodeVouchedFor(t *testing.T) {
 		t.Fatalf("the cursor passed %d events, want all 6", logged)
 	}
 }
+
+// OnCommit's functions run once the transaction committed, in order; not when it failed, nor
+// when the commit itself fails, nor those of a savepoint that rolled back.
+func TestOnCommitRunsOnlyWhatCommitted(t *testing.T) {
+	pool, js, ns := setup(t)
+	ctx := t.Context()
+	ob := New(Config{Namespace: ns, SweepInterval: time.Hour}, pool, js)
+	var ran []string
+	note := func(s string) func() { return func() { ran = append(ran, s) } }
+
+	failed := errors.New("the change failed")
+	if err := ob.InTx(ctx, func(tx *Tx) error { tx.OnCommit(note("failed tx")); return failed }); !errors.Is(err, failed) {
+		t.Fatalf("InTx returned %v, want the function's error", err)
+	}
+	// A deferred constraint fails at commit: the function returned nil, the commit did not happen.
+	if err := ob.InTx(ctx, func(tx *Tx) error {
+		tx.OnCommit(note("failed commit"))
+		_, err := tx.Exec(ctx, `create temporary table agate_commit_fails (id int primary key deferrable initially deferred) on commit drop;
+			insert into agate_commit_fails values (1), (1)`)
+		return err
+	}); err == nil {
+		t.Fatal("the commit of a transaction breaking a deferred constraint succeeded")
+	}
+	if err := ob.InTx(ctx, func(tx *Tx) error {
+		tx.OnCommit(note("first"))
+		_ = tx.Savepoint(ctx, func(tx *Tx) error { tx.OnCommit(note("rolled back")); return failed })
+		if err := tx.Savepoint(ctx, func(tx *Tx) error { tx.OnCommit(note("kept")); return nil }); err != nil {
+			return err
+		}
+		tx.OnCommit(note("last"))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(ran); got != "[first kept last]" {
+		t.Fatalf("ran %s, want [first kept last]", got)
+	}
+}

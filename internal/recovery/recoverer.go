@@ -84,6 +84,7 @@ type Recoverer struct {
 	firstDone bool // this membership's first pass (which gives back an earlier run's claims) is done
 	passes    int
 	clockNote string // what was last logged about the clock, to log changes only
+	metrics   metrics
 
 	TestSignals TestSignals
 }
@@ -105,7 +106,8 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) *Recoverer {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Recoverer{cfg: cfg, pool: pool, outbox: ob, origin: events.Origin{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID}}
+	return &Recoverer{cfg: cfg, pool: pool, outbox: ob, origin: events.Origin{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID},
+		metrics: newMetrics(nil)}
 }
 
 // Join enters the cluster: the node's first check-in, the recovery of failed nodes, and the
@@ -215,6 +217,7 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 				slog.Int64("old_epoch", r.epoch))
 			r.epoch, r.firstDone, res.Fenced = 0, false, true
 			r.beating.Store(0)
+			r.metrics.fenced.Add(ctx, 1)
 		}
 	}
 	if r.epoch == 0 {
@@ -231,6 +234,7 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("recovering failed nodes: %w", err)
 	}
 	res.FailedNodes, res.Released = failed, released
+	r.metrics.recovered(ctx, failed, released)
 	r.firstDone = true
 	r.cfg.Member.Set(r.epoch)
 	r.beating.Store(r.epoch)
@@ -238,8 +242,11 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	res.Misfired = misfired
 	if err == nil && r.passes%r.cfg.HealEvery == 0 {
 		res.Abandoned, err = r.abandon(ctx)
+		r.metrics.abandonedExecutions(ctx, res.Abandoned)
 		if err == nil {
-			res.Repairs, err = r.heal(ctx)
+			if res.Repairs, err = r.heal(ctx); err == nil {
+				r.metrics.repaired(ctx, res.Repairs)
+			}
 		}
 	}
 	r.passes++
@@ -396,6 +403,9 @@ func (r *Recoverer) misfiresIn(ctx context.Context, p int) (int, error) {
 			tx.Append(evs...)
 		}
 		handled = len(ms)
+		if handled > 0 {
+			tx.OnCommit(func() { r.metrics.misfires.Add(ctx, int64(len(ms))) })
+		}
 		return nil
 	})
 	return handled, err

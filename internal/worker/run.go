@@ -136,6 +136,7 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	runCtx, interrupt := context.WithCancelCause(runCtx)
 	forget := w.running.add(fired.FireID, fired.Job.Key(), interrupt)
 	out := &output{}
+	w.metrics.started(ctx, typ)
 	err := callHandler(runCtx, h, Job{JobFired: fired, Attempt: attempt, Logger: log, out: out})
 	forget()
 	interrupted := err != nil && errors.Is(context.Cause(runCtx), ErrInterrupted)
@@ -151,6 +152,7 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 
 	if jobCtx.Err() != nil {
 		// The drain timeout cancelled the job: this is not its outcome. Leave it to another worker.
+		w.metrics.finished(ctx, typ, outcomeCancelled, finished.Sub(started))
 		span.SetStatus(codes.Error, "worker stopped before the job finished")
 		log.WarnContext(ctx, "job cancelled by shutdown; it will be redelivered", "duration", finished.Sub(started))
 		_ = msg.Nak()
@@ -174,6 +176,14 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.SetAttributes(attribute.Bool("agate.final", final))
+	outcome := outcomeCompleted
+	switch {
+	case err != nil && final:
+		outcome = outcomeFailedFinal
+	case err != nil:
+		outcome = outcomeFailed
+	}
+	w.metrics.finished(ctx, typ, outcome, finished.Sub(started))
 
 	if perr := w.publish(ctx, typ, key, finished, result); perr != nil {
 		delay := w.backoff(attempt)

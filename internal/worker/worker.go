@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
@@ -49,6 +50,9 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
+	// MeterProvider records the worker's metrics. Default: the global provider, a no-op unless
+	// the binary installed one.
+	MeterProvider metric.MeterProvider
 }
 
 // fetchWait is how long one pull request waits for messages. It bounds how long a worker keeps
@@ -78,6 +82,8 @@ type Worker struct {
 
 	reconnected broadcast // fired each time the NATS connection is re-established
 	running     executions
+	metrics     metrics
+	pulling     pulling // for readiness: whether the pull loops run
 }
 
 // broadcast wakes every waiter each time it fires.
@@ -148,6 +154,7 @@ func New(cfg Config, js jetstream.JetStream, reg *Registry) (*Worker, error) {
 		log:      cfg.Logger.With("instance", cfg.InstanceID),
 		tracer:   telemetry.Tracer("worker"),
 		slots:    make(chan struct{}, cfg.Concurrency),
+		metrics:  newMetrics(cfg.MeterProvider, reg.Types()),
 	}, nil
 }
 
@@ -204,6 +211,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	defer stopJobs()
 	var inflight sync.WaitGroup
 	g, pullCtx := errgroup.WithContext(ctx)
+	w.pulling.set(pullCtx)
 	// A closed connection never comes back: stop at once rather than when a pending pull expires.
 	// After a reconnect the server may have forgotten pending pull requests (it restarted):
 	// cut them short so the pull loops ask again at once.

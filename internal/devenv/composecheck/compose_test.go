@@ -11,10 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/agatesched/agate/internal/httpserve"
 )
 
 // loadProject loads compose.yaml as `docker compose` would, with the Compose specification's
@@ -429,6 +432,32 @@ func TestComposeDependencies(t *testing.T) {
 					t.Errorf("%s waits for %s to complete, but %s restarts (%s)", name, target, target, ts.Restart)
 				}
 			}
+		}
+	}
+}
+
+// TestComposeHealthchecks checks that every scheduler node and worker serves HTTP
+// (AGATE_HTTP_ADDR) and that its health check is its binary's healthcheck command, which asks
+// /readyz on that address: the image has no shell or HTTP client.
+func TestComposeHealthchecks(t *testing.T) {
+	p := loadProject(t)
+	agate := append(runs(p, "scheduler", "run"), runs(p, "worker")...)
+	if len(agate) == 0 {
+		t.Fatal("no service runs scheduler run or worker")
+	}
+	for _, s := range agate {
+		addr := env(s, "AGATE_HTTP_ADDR")
+		if _, err := httpserve.ListenAddr(addr); err != nil {
+			t.Errorf("%s: AGATE_HTTP_ADDR %q: %v", s.Name, addr, err)
+		}
+		hc := s.HealthCheck
+		want := []string{"CMD", s.Command[0], "healthcheck"}
+		if hc == nil || hc.Disable || !slices.Equal([]string(hc.Test), want) {
+			t.Errorf("%s: healthcheck %v; want test %v", s.Name, hc, want)
+			continue
+		}
+		if hc.Timeout == nil || hc.Interval == nil || time.Duration(*hc.Timeout) <= 3*time.Second {
+			t.Errorf("%s: healthcheck timeout %v; want an interval and a timeout above the command's own 3s", s.Name, hc.Timeout)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
@@ -24,6 +25,7 @@ import (
 	"github.com/agatesched/agate/internal/devenv/localpg"
 	"github.com/agatesched/agate/internal/devenv/natsembed"
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/httpserve"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/worker"
@@ -42,6 +44,11 @@ type Config struct {
 	Node node.Config
 	// Logger receives everything; default slog.Default().
 	Logger *slog.Logger
+	// HTTP is the address of the HTTP listener the node and the worker share (see
+	// httpserve.ListenAddr); when it is taken, a free port of the same host is used. Empty: none.
+	HTTP string
+	// Pprof also serves Go's profiles on it.
+	Pprof bool
 }
 
 // Run starts the cluster and runs it until ctx is cancelled, then stops everything and returns
@@ -56,6 +63,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("creating data directory: %w", err)
 	}
+	srv, err := serveHTTP(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop(ctx)
+	cfg.Node.Health, cfg.Node.MeterProvider = &node.Health{}, srv.MeterProvider()
+	srv.AddProbes(cfg.Node.Health.Probes()...)
 	dbURL := cfg.DatabaseURL
 	if dbURL == "" {
 		dir := filepath.Join(cfg.DataDir, "postgres")
@@ -117,10 +131,12 @@ func Run(ctx context.Context, cfg Config) error {
 	loopback := worker.HTTPAllowList{Prefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 	worker.RegisterBuiltins(reg, worker.BuiltinOptions{HTTPAllow: loopback})
 	workerID := cfg.Node.InstanceID + "-worker"
-	w, err := worker.New(worker.Config{Namespace: cfg.Node.Namespace, InstanceID: workerID, Logger: log}, js, reg)
+	w, err := worker.New(worker.Config{Namespace: cfg.Node.Namespace, InstanceID: workerID, Logger: log,
+		MeterProvider: srv.MeterProvider()}, js, reg)
 	if err != nil {
 		return err
 	}
+	srv.AddProbes(w.Probes()...)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return node.Run(gctx, cfg.Node, pool, nc) })
@@ -136,6 +152,27 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("Agate dev cluster stopped")
 	}
 	return err
+}
+
+// serveHTTP starts the listener cfg asks for, on a free port of the same host when its port is
+// taken (a developer's machine often has something on 8080); nil when none is asked for.
+func serveHTTP(ctx context.Context, cfg Config, log *slog.Logger) (*httpserve.Server, error) {
+	if cfg.HTTP == "" {
+		return nil, nil
+	}
+	hc := httpserve.Config{Addr: cfg.HTTP, Pprof: cfg.Pprof, Service: "agate-dev", Logger: log}
+	srv, err := httpserve.Start(ctx, hc)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		addr, _ := httpserve.ListenAddr(cfg.HTTP) // valid: Start got as far as listening
+		host, _, _ := net.SplitHostPort(addr)
+		log.Warn("the HTTP address is taken; using a free port", slog.String("taken", addr))
+		hc.Addr = net.JoinHostPort(host, "0")
+		srv, err = httpserve.Start(ctx, hc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--http: %w", err)
+	}
+	return srv, nil
 }
 
 func portFree(port int) bool {
