@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -87,16 +86,7 @@ func (p *process) until(re *regexp.Regexp) []string {
 // get requests a path of the listener at addr and returns the status and body.
 func get(t *testing.T, addr, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
+	return testenv.HTTPGet(t, "http://"+addr+path)
 }
 
 // readiness is a /readyz answer: its status and its checks.

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -21,20 +19,6 @@ import (
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 )
-
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
 
 // TestWorkerServesHealthAndMetrics runs `worker --http` as a process: /readyz turns 200 once it
 // pulls, a job it ran shows in /metrics, `worker healthcheck` says so, and SIGTERM stops it with
@@ -77,7 +61,7 @@ func TestWorkerServesHealthAndMetrics(t *testing.T) {
 	// Ready once its pull loops run: asked until then, as an orchestrator would.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		code, body := httpGet(t, base+"/readyz")
+		code, body := testenv.HTTPGet(t, base+"/readyz")
 		if code == 200 {
 			if !strings.Contains(body, `"nats":"ok"`) || !strings.Contains(body, `"consumers":"ok"`) {
 				t.Errorf("/readyz 200: %s", body)
@@ -128,7 +112,7 @@ func TestWorkerServesHealthAndMetrics(t *testing.T) {
 	if _, err := sub.NextMsg(20 * time.Second); err != nil {
 		t.Fatalf("no outcome: %v", err)
 	}
-	code, body := httpGet(t, base+"/metrics")
+	code, body := testenv.HTTPGet(t, base+"/metrics")
 	for _, want := range []string{
 		`agate_worker_runs_total{job_type="noop",outcome="completed"} 1`,
 		`agate_worker_run_duration_seconds_count{job_type="noop",outcome="completed"} 1`,
