@@ -93,7 +93,7 @@ func (f *Firer) FireNext(ctx context.Context, tx *outbox.Tx, claims []store.Clai
 	if len(claims) == 0 {
 		return 0, time.Time{}, nil
 	}
-	now := f.cfg.Now()
+	now, began, batch := f.cfg.Now(), time.Now(), len(claims)
 	claims, drops, err := f.markExecuting(ctx, tx, claims, now)
 	if err != nil {
 		return 0, time.Time{}, err
@@ -126,9 +126,18 @@ func (f *Firer) FireNext(ctx context.Context, tx *outbox.Tx, claims []store.Clai
 	if err := f.recordFired(ctx, tx, fires, drops, now); err != nil {
 		return 0, time.Time{}, err
 	}
-	evs, err := f.jobFired(ctx, fires, now)
+	evs, spans, err := f.jobFired(ctx, fires, now, began, batch)
 	if err != nil {
 		return 0, time.Time{}, err
+	}
+	if len(spans) > 0 {
+		// A fire span ends when its fire is committed; one whose transaction fails is never ended,
+		// so never exported: that fire did not happen.
+		tx.OnCommit(func() {
+			for _, s := range spans {
+				s.End()
+			}
+		})
 	}
 	dropEvs, err := f.dropped(drops, now)
 	if err != nil {
@@ -411,16 +420,22 @@ func (f *Firer) dropped(drops []drop, now time.Time) ([]events.Event, error) {
 	return evs, nil
 }
 
-// jobFired builds the JobFired event of each fire, each with a span in the trace of the command
-// that scheduled its trigger.
-func (f *Firer) jobFired(ctx context.Context, fires []firing, now time.Time) ([]events.Event, error) {
+// jobFired builds the JobFired event of each fire. Each fire is a trace of its own: its
+// "agate.fire" span is a root, linked to the span of the command that scheduled the trigger
+// (the trigger row's traceparent), so that a repeating trigger makes one trace per fire rather
+// than one endless trace. The span starts at began (the fire transaction's start) and is
+// returned to be ended at commit; JobFired carries its traceparent. When no tracer provider is
+// installed nothing is recorded (and no span is returned) and JobFired carries the scheduling
+// command's trace context on, as every other step does.
+func (f *Firer) jobFired(ctx context.Context, fires []firing, now, began time.Time, batch int) ([]events.Event, []trace.Span, error) {
 	subjects := events.Subjects(f.cfg.Namespace)
 	evs := make([]events.Event, 0, len(fires))
+	var spans []trace.Span
 	for _, fi := range fires {
 		c, r := fi.claim, fi.row
 		data, err := mergeData(r.jobData, r.triggerData)
 		if err != nil {
-			return nil, fmt.Errorf("trigger %s: %w", c.Trigger(), err)
+			return nil, nil, fmt.Errorf("trigger %s: %w", c.Trigger(), err)
 		}
 		jf := events.JobFired{
 			FireID:         c.FireID,
@@ -444,17 +459,31 @@ func (f *Firer) jobFired(ctx context.Context, fires []firing, now time.Time) ([]
 		ev, err := events.New(events.TypeJobFired, f.origin.Source(), events.AggregateJob, c.Job().String(),
 			subjects.Fired(r.jobType), now, jf)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		spanCtx, span := f.tracer.Start(telemetry.WithTraceParent(ctx, r.traceParent), "agate.fire",
-			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(attribute.String("agate.fire_id", c.FireID.String()),
-				attribute.String("agate.job", c.Job().String())))
+		// Without a tracer provider, Start returns the scheduling span's context as it is.
+		scheduling := telemetry.WithTraceParent(ctx, r.traceParent)
+		spanCtx, span := f.tracer.Start(scheduling, "agate.fire", trace.WithNewRoot(),
+			trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(began))
+		if span.IsRecording() {
+			if sc := trace.SpanContextFromContext(scheduling); sc.IsValid() {
+				span.AddLink(trace.Link{SpanContext: sc})
+			}
+			span.SetAttributes(telemetry.Messaging(telemetry.OpCreate, ev.Topic)...)
+			span.SetAttributes(telemetry.DBPostgres,
+				attribute.String("agate.namespace", f.cfg.Namespace),
+				attribute.String("agate.fire_id", c.FireID.String()),
+				attribute.String("agate.job", c.Job().String()),
+				attribute.String("agate.job.type", r.jobType),
+				attribute.String("agate.trigger", c.Trigger().String()),
+				attribute.Int("agate.fire.batch_size", batch),
+				attribute.Bool("agate.fire.ahead", c.Ahead))
+			spans = append(spans, span)
+		}
 		ev.TraceParent = telemetry.TraceParent(spanCtx)
-		span.End()
 		evs = append(evs, ev)
 	}
-	return evs, nil
+	return evs, spans, nil
 }
 
 // mergeData merges job data with trigger data, trigger wins (the contract's JobFired.data).

@@ -213,8 +213,10 @@ func TestDeadNodesClaimsAreRecovered(t *testing.T) {
 	})
 }
 
-// The producer's trace follows the job: the trigger row, the JobFired message and the completion
-// carry its trace id, so a tracing dashboard shows command → fire → run → completion as one trace.
+// Without a tracer provider (nothing records spans), the producer's trace context follows the
+// job: the trigger row, the JobFired message and the completion carry its trace id. With one,
+// each fire starts a trace of its own, linked to the scheduling span (cmd/scheduler's
+// TestTracesAcrossProcesses).
 func TestTraceFollowsTheJob(t *testing.T) {
 	e := newEnv(t)
 	e.startNode("n1", nil)

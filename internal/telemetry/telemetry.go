@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -101,4 +102,23 @@ func (c headerCarrier) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// Attributes of Agate's spans from OpenTelemetry's messaging and database semantic conventions.
+var (
+	MessagingNATS = attribute.String("messaging.system", "nats")
+	DBPostgres    = attribute.String("db.system.name", "postgresql")
+)
+
+// Messaging operation types (messaging.operation.type).
+const (
+	OpCreate  = "create"  // a message is made, to be sent later (the fire writes JobFired to the outbox)
+	OpPublish = "publish" // a message is sent
+	OpProcess = "process" // a received message is handled
+)
+
+// Messaging returns the messaging attributes of a span that does op on subject.
+func Messaging(op, subject string) []attribute.KeyValue {
+	return []attribute.KeyValue{MessagingNATS, attribute.String("messaging.operation.type", op),
+		attribute.String("messaging.destination.name", subject)}
 }
