@@ -15,10 +15,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/telemetry"
 	"github.com/agatesched/agate/internal/testsignal"
 )
 
@@ -310,37 +314,89 @@ func (o *Outbox) publishQueued(ctx context.Context, evs []events.Event) bool {
 	}
 }
 
-// publish publishes events and waits until JetStream stored (or de-duplicated) each one.
+// tracer makes the publish spans.
+var tracer = telemetry.Tracer("outbox")
+
+// publish publishes events and waits until JetStream stored (or de-duplicated) each one. An
+// event with trace context gets an "agate.publish" span in its trace (a JobFired's: a child of
+// its fire span), from the publish to JetStream's acknowledgement; the message carries the
+// event's own trace context, not the publish span's, so that a consumer's span is a child of
+// the step that made the event, whichever node or sweep published it.
 func publish(ctx context.Context, js jetstream.JetStream, evs []events.Event) error {
 	if js == nil {
 		return errors.New("no JetStream connection")
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(evs))
+	var spans []trace.Span // futures' spans, by index, once one is traced
 	for _, e := range evs {
 		if e.Topic == "" {
 			continue
 		}
 		msg, err := events.Message(e)
 		if err != nil {
+			endSpans(spans, err)
 			return err
 		}
+		span := publishSpan(ctx, e)
 		f, err := js.PublishMsgAsync(msg)
 		if err != nil {
-			return fmt.Errorf("publishing %s to %s: %w", e.Type, e.Topic, err)
+			err = fmt.Errorf("publishing %s to %s: %w", e.Type, e.Topic, err)
+			endSpans(append(spans, span), err)
+			return err
 		}
 		futures = append(futures, f)
+		if span != nil && spans == nil {
+			spans = make([]trace.Span, len(futures)-1, len(evs))
+		}
+		if spans != nil {
+			spans = append(spans, span)
+		}
 	}
 	var errs []error
-	for _, f := range futures {
+	for i, f := range futures {
+		var err error
 		select {
 		case <-f.Ok():
-		case err := <-f.Err():
-			errs = append(errs, fmt.Errorf("publishing to %s: %w", f.Msg().Subject, err))
+		case err = <-f.Err():
+			err = fmt.Errorf("publishing to %s: %w", f.Msg().Subject, err)
+			errs = append(errs, err)
 		case <-ctx.Done():
+			endSpans(spans[min(i, len(spans)):], ctx.Err())
 			return ctx.Err()
+		}
+		if i < len(spans) && spans[i] != nil {
+			endSpans(spans[i:i+1], err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// publishSpan starts the publish span of e, nil when e has no trace context or nothing records.
+func publishSpan(ctx context.Context, e events.Event) trace.Span {
+	if e.TraceParent == "" {
+		return nil
+	}
+	_, span := tracer.Start(telemetry.WithTraceParent(ctx, e.TraceParent), "agate.publish",
+		trace.WithSpanKind(trace.SpanKindProducer))
+	if !span.IsRecording() {
+		return nil
+	}
+	span.SetAttributes(telemetry.Messaging(telemetry.OpPublish, e.Topic)...)
+	span.SetAttributes(attribute.String("messaging.message.id", e.ID.String()), attribute.String("agate.event.type", e.Type))
+	return span
+}
+
+// endSpans ends the spans that are not nil, with err as their status when not nil.
+func endSpans(spans []trace.Span, err error) {
+	for _, s := range spans {
+		if s == nil {
+			continue
+		}
+		if err != nil {
+			s.SetStatus(codes.Error, err.Error())
+		}
+		s.End()
+	}
 }
 
 // SweepOnce publishes the events of one batch after the cursor that no live node vouches for
