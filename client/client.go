@@ -10,6 +10,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/telemetry"
 )
@@ -86,6 +89,9 @@ func New(nc *nats.Conn, opts Options) *Client {
 	return &Client{nc: nc, opts: opts}
 }
 
+// tracer makes the spans of requests.
+var tracer = telemetry.Tracer("client")
+
 // Subject is the request-reply subject of a command or query.
 func (c *Client) Subject(name string) string { return "agate." + c.opts.Namespace + ".api." + name }
 
@@ -115,7 +121,21 @@ func (c *Client) Command(ctx context.Context, name string, body any) (*Outcome, 
 
 // do sends one request, retrying a lost answer or one that says "unavailable" with the same
 // body until RetryFor or ctx ends, and decodes the last reply into out.
-func (c *Client) do(ctx context.Context, name string, data []byte, out any) error {
+//
+// The request, retries included, is an "agate.client.<name>" span (a child of ctx's span, if
+// any); the scheduler's span of the command or query is its child.
+func (c *Client) do(ctx context.Context, name string, data []byte, out any) (err error) {
+	ctx, span := tracer.Start(ctx, "agate.client."+name, trace.WithSpanKind(trace.SpanKindClient))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.Messaging(telemetry.OpPublish, c.Subject(name))...)
+		span.SetAttributes(attribute.String("agate.namespace", c.opts.Namespace))
+	}
 	retryUntil := time.Now().Add(c.opts.RetryFor)
 	delay := 50 * time.Millisecond
 	for {

@@ -198,8 +198,12 @@ func (h *Handler) prepare(ctx context.Context, r Request) *item {
 // finish ends the item's span, counts its outcome and returns it.
 func (h *Handler) finish(it *item, batch int) Outcome {
 	h.metrics.answered(it.ctx, it.cmd, it.out)
-	it.span.SetAttributes(attribute.String("agate.command_id", it.out.CommandID), attribute.Bool("agate.ok", it.out.OK),
-		attribute.Int("agate.batch", batch))
+	if it.span.IsRecording() {
+		it.span.SetAttributes(telemetry.MessagingNATS, attribute.String("messaging.operation.type", telemetry.OpProcess),
+			telemetry.DBPostgres, attribute.String("agate.namespace", h.cfg.Namespace),
+			attribute.String("agate.command_id", it.out.CommandID), attribute.Bool("agate.ok", it.out.OK),
+			attribute.Int("agate.batch", batch))
+	}
 	if it.out.Error != nil {
 		it.span.SetStatus(codes.Error, it.out.Error.Error())
 	}

@@ -184,10 +184,19 @@ func (c *Consumer) apply(ctx context.Context, outs []Outcome, ok []jetstream.Msg
 	// One span per completion, in the job's trace, around the batch that records it.
 	spans := make([]trace.Span, len(outs))
 	for i, o := range outs {
+		// A child of the worker's run span (the outcome's traceparent), so in the fire's trace.
 		_, spans[i] = c.tracer.Start(telemetry.WithTraceParent(ctx, o.Event.TraceParent), "agate.complete",
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(attribute.String("agate.fire_id", o.Result.FireID.String()),
-				attribute.String("agate.job", o.Result.Job.Key().String()), attribute.Int("agate.batch", len(outs))))
+			trace.WithSpanKind(trace.SpanKindConsumer))
+		if spans[i].IsRecording() {
+			spans[i].SetAttributes(telemetry.Messaging(telemetry.OpProcess, ok[i].Subject())...) // ok[i] brought outs[i]
+			spans[i].SetAttributes(telemetry.DBPostgres,
+				attribute.String("agate.namespace", c.cfg.Namespace),
+				attribute.String("agate.fire_id", o.Result.FireID.String()),
+				attribute.String("agate.job", o.Result.Job.Key().String()),
+				attribute.String("agate.trigger", o.Result.Trigger.String()),
+				attribute.String("agate.outcome", o.Type),
+				attribute.Int("agate.batch", len(outs)))
+		}
 	}
 	applied, err := c.Apply(ctx, outs)
 	for _, span := range spans {

@@ -108,9 +108,8 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 			attribute.String("agate.trigger", fired.Trigger.String()),
 			attribute.Int("agate.attempt", attempt),
 			attribute.Bool("agate.recovering", fired.Recovering),
-			attribute.String("messaging.system", "nats"),
-			attribute.String("messaging.destination.name", msg.Subject()),
-		))
+		),
+		trace.WithAttributes(telemetry.Messaging(telemetry.OpProcess, msg.Subject())...))
 	defer span.End()
 	if !span.SpanContext().IsValid() {
 		// No tracer provider is installed: keep the fire's own trace context, so the handler and
