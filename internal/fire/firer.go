@@ -34,6 +34,8 @@ type Config struct {
 	Logger     *slog.Logger
 	// Now is the node clock; tests inject one.
 	Now func() time.Time
+	// TracerProvider makes the fire spans; nil: the global one (see internal/telemetry).
+	TracerProvider trace.TracerProvider
 }
 
 // Firer is the fire transaction: it fires claims inside a transaction that holds their lock
@@ -51,8 +53,12 @@ func New(cfg Config) *Firer {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	tracer := telemetry.Tracer("fire")
+	if cfg.TracerProvider != nil {
+		tracer = cfg.TracerProvider.Tracer(telemetry.InstrumentationName("fire"))
+	}
 	return &Firer{cfg: cfg, origin: events.Origin{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID},
-		tracer: telemetry.Tracer("fire"), metrics: newMetrics(nil)}
+		tracer: tracer, metrics: newMetrics(nil)}
 }
 
 // firing is one claim that passed its checks, with its trigger advanced.

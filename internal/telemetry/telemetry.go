@@ -47,8 +47,11 @@ func Setup(ctx context.Context, service string) (shutdown func(context.Context) 
 
 // Tracer returns the tracer of an Agate package (instrumentation name = package path).
 func Tracer(pkg string) trace.Tracer {
-	return otel.Tracer("github.com/agatesched/agate/" + pkg)
+	return otel.Tracer(InstrumentationName(pkg))
 }
+
+// InstrumentationName is the instrumentation scope name of an Agate package: its path.
+func InstrumentationName(pkg string) string { return "github.com/agatesched/agate/" + pkg }
 
 // propagator is fixed to W3C trace context: that is what rows and headers store, whatever the
 // global propagator is.
