@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -18,6 +19,13 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("AGATE_SCHEDULER_RUN_MAIN") == "1" {
 		main() // the tests below run this test binary as the scheduler command
+		os.Exit(0)
+	}
+	if os.Getenv("AGATE_TRACE_PRODUCER") == "1" {
+		if err := runProducer(); err != nil { // TestTracesAcrossProcesses's producer
+			fmt.Fprintln(os.Stderr, "producer:", err)
+			os.Exit(1)
+		}
 		os.Exit(0)
 	}
 	testenv.Main(m)
