@@ -18,7 +18,8 @@
 // body gives one, and retries an unanswered or "unavailable" command with the same id, so a
 // command is applied once however often it is sent. A rejection is an *Error with the
 // contract's code, a message for a person and the field it is about; errors.Is matches it
-// against ErrNotFound, ErrAlreadyExists, ErrFailedPrecondition and the other codes. The trace
-// context of ctx (OpenTelemetry) goes with every request, so the scheduler's spans join the
+// against ErrNotFound, ErrAlreadyExists, ErrFailedPrecondition and the other codes. Every
+// request is an "agate.client.<name>" span (OpenTelemetry's global tracer provider) in the
+// trace of ctx, and its trace context goes with the request, so the scheduler's spans join the
 // caller's trace.
 package client

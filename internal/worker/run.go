@@ -98,18 +98,18 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fired events.JobFired, attempt int) {
 	key := fired.Job.Key().String()
 	parent := telemetry.FromHeader(jobCtx, msg.Headers())
-	ctx, span := w.tracer.Start(parent, "agate.job.run",
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+	ctx, span := w.tracer.Start(parent, "agate.job.run", trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.Messaging(telemetry.OpProcess, msg.Subject())...)
+		span.SetAttributes(
 			attribute.String("agate.namespace", w.cfg.Namespace),
 			attribute.String("agate.fire_id", fired.FireID.String()),
 			attribute.String("agate.job", key),
 			attribute.String("agate.job.type", typ),
 			attribute.String("agate.trigger", fired.Trigger.String()),
 			attribute.Int("agate.attempt", attempt),
-			attribute.Bool("agate.recovering", fired.Recovering),
-		),
-		trace.WithAttributes(telemetry.Messaging(telemetry.OpProcess, msg.Subject())...))
+			attribute.Bool("agate.recovering", fired.Recovering))
+	}
 	defer span.End()
 	if !span.SpanContext().IsValid() {
 		// No tracer provider is installed: keep the fire's own trace context, so the handler and
