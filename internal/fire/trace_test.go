@@ -85,7 +85,7 @@ func TestEachFireIsATrace(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		for k, v := range map[string]string{"agate.job": "g.j", "agate.trigger": "g.t", "agate.fire.batch_size": "1",
 			"messaging.system": "nats", "messaging.operation.type": "create", "db.system.name": "postgresql"} {
