@@ -90,4 +90,8 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("consumer %s: pending %v (reported: %v), want 0", c, got, ok)
 		}
 	}
+	// The node published what it committed; the sweep is at most a few seconds behind.
+	if lag, ok := m.Gauge(t, "agate.scheduler.outbox.lag", nil); !ok || lag < 0 || lag > 60 {
+		t.Errorf("outbox lag %v s (reported: %v), want a few seconds at most", lag, ok)
+	}
 }

@@ -253,6 +253,11 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		return err
 	}
 	defer unregister()
+	unregisterLag, err := ob.RegisterMetrics(cfg.MeterProvider)
+	if err != nil {
+		return err
+	}
+	defer unregisterLag()
 	if err := recoverer.Join(ctx); err != nil {
 		return stopping(ctx, err)
 	}
