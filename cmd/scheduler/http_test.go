@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -217,6 +218,14 @@ func TestRunServesHealthAndMetrics(t *testing.T) {
 		if v := metricValue(body, c.name, c.labels...); code != 200 || v != "1" {
 			t.Errorf("/metrics: %s%v = %q, want 1", c.name, c.labels, v)
 		}
+	}
+	// The gauges read at scrape time, under their Prometheus names (alerts and dashboards use
+	// these; composecheck derives them from the instruments' definitions).
+	if v := metricValue(body, "agate_consumer_pending_messages", `consumer="scheduler-done"`); v != "0" {
+		t.Errorf("/metrics: agate_consumer_pending_messages{consumer=scheduler-done} = %q, want 0", v)
+	}
+	if v, err := strconv.ParseFloat(metricValue(body, "agate_scheduler_outbox_lag_seconds"), 64); err != nil || v < 0 || v > 60 {
+		t.Errorf("/metrics: agate_scheduler_outbox_lag_seconds = %v (%v), want a few seconds at most", v, err)
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)

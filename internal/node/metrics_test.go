@@ -83,4 +83,15 @@ func TestMetrics(t *testing.T) {
 	if count, _ := m.Histogram(t, "agate.worker.run.duration", metrictest.Attrs{"job_type": "noop"}); count != 3 {
 		t.Errorf("run durations of noop jobs: %d, want 3", count)
 	}
+	// Every consumer delivered all it had: the node reports its own and the workers' (read from
+	// JetStream when collected), none with anything pending.
+	for _, c := range []string{complete.DurableName, "worker-noop", "worker-boom"} {
+		if got, ok := m.Gauge(t, "agate.consumer.pending.messages", metrictest.Attrs{"consumer": c}); !ok || got != 0 {
+			t.Errorf("consumer %s: pending %v (reported: %v), want 0", c, got, ok)
+		}
+	}
+	// The node published what it committed; the sweep is at most a few seconds behind.
+	if lag, ok := m.Gauge(t, "agate.scheduler.outbox.lag", nil); !ok || lag < 0 || lag > 60 {
+		t.Errorf("outbox lag %v s (reported: %v), want a few seconds at most", lag, ok)
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/fire"
 	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/pending"
 	"github.com/agatesched/agate/internal/query"
 	"github.com/agatesched/agate/internal/recovery"
 	"github.com/agatesched/agate/internal/retention"
@@ -242,6 +243,21 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		recoverer.TestSignals, ob.TestSignals, pruner.TestSignals = ts.Recovery, ts.Outbox, ts.Prune
 	}
 	instrument(cfg.MeterProvider, firer, acq, commands, completions, recoverer)
+	// The backlogs of the job outcomes and of every job type's fires, the latter whether or not a
+	// worker runs that type: the one place a type without workers shows.
+	unregister, err := pending.Register(cfg.MeterProvider, js, pending.Config{Logger: log, Watches: []pending.Watch{
+		{Stream: events.StreamDone(ns), Name: complete.DurableName},
+		{Stream: events.StreamFired(ns), Name: events.WorkerDurablePrefix, Prefix: true},
+	}})
+	if err != nil {
+		return err
+	}
+	defer unregister()
+	unregisterLag, err := ob.RegisterMetrics(cfg.MeterProvider)
+	if err != nil {
+		return err
+	}
+	defer unregisterLag()
 	if err := recoverer.Join(ctx); err != nil {
 		return stopping(ctx, err)
 	}

@@ -61,3 +61,17 @@ order by c.xid, c.seq;
 
 -- name: AdvanceCursor
 update outbox_cursor set last_xid = $2::xid8, last_seq = $3 where sched_name = $1;
+
+-- name: CursorLag
+-- Seconds since the oldest event after the sweep cursor was logged, 0 when the sweep is caught
+-- up: the time the first row after the cursor (events_relay, one index probe) has waited. No
+-- row when the namespace has no cursor.
+select coalesce(extract(epoch from clock_timestamp() - e.time), 0)::float8
+from outbox_cursor c
+left join lateral (
+    select r.seq from events r
+    where r.nats_subject is not null and (r.xid, r.seq) > (c.last_xid, c.last_seq)
+    order by r.xid, r.seq
+    limit 1) n on true
+left join lateral (select x.time from events x where x.seq = n.seq limit 1) e on true
+where c.sched_name = $1;

@@ -66,6 +66,15 @@ func Histogram(m metric.Meter, name, unit, description string, buckets []float64
 	return h
 }
 
+// Gauge creates an observable gauge of m, for what is cheaper to read when a scrape asks than to
+// track: observe it in a callback registered with m.RegisterCallback, whose Registration lets the
+// owner stop observing when it stops. See [Counter] for errors.
+func Gauge(m metric.Meter, name, unit, description string) metric.Float64ObservableGauge {
+	g, err := m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(description))
+	handle(name, err)
+	return g
+}
+
 func handle(name string, err error) {
 	if err != nil {
 		otel.Handle(fmt.Errorf("creating instrument %s: %w", name, err))

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/pending"
 	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/telemetry"
 )
@@ -164,7 +165,18 @@ func New(cfg Config, js jetstream.JetStream, reg *Registry) (*Worker, error) {
 // published and acked), cancels the rest and returns nil. It returns an error when the setup
 // fails or the NATS connection is closed under it. Call it once.
 func (w *Worker) Run(ctx context.Context) error {
-	err := w.serve(ctx)
+	// The backlog of this worker's job types, for as long as it runs; the schedulers report every
+	// type's, including types no worker runs.
+	watches := make([]pending.Watch, 0, len(w.reg.Types()))
+	for _, typ := range w.reg.Types() {
+		watches = append(watches, pending.Watch{Stream: events.StreamFired(w.cfg.Namespace), Name: events.WorkerDurable(typ)})
+	}
+	unregister, err := pending.Register(w.cfg.MeterProvider, w.js, pending.Config{Watches: watches, Logger: w.log})
+	if err != nil {
+		return err
+	}
+	defer unregister()
+	err = w.serve(ctx)
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil // cancelled while setting up: a normal stop
 	}

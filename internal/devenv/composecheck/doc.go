@@ -7,10 +7,11 @@
 //     NATS and OTLP settings of each scheduler node and worker, health-gated dependencies;
 //   - deploy/nats/nats.conf is parsed by nats-server itself, and an embedded server running it
 //     checks that each user's permissions let its role do its job and nothing more;
-//   - the Dockerfile is read as text: every ./cmd/<name> it builds must be a main package.
-//
-// The compose.yaml tests (compose_test.go) are behind the composecheck build tag until go.mod
-// lists compose-go's own dependencies: run them with `go test -tags composecheck`.
+//   - the Dockerfile is read as text: every ./cmd/<name> it builds must be a main package;
+//   - deploy/prometheus and deploy/grafana (observe_test.go): every scheduler and worker service
+//     is a scrape target, the files parse, alerts have summaries (and pass `promtool check
+//     rules` where promtool is installed), and every agate_* metric the alerts and dashboards
+//     query is one the code creates (read from the instruments' definitions in the source).
 //
 // The tests read files relative to this directory (../../../compose.yaml and so on) and run in well
 // under a second, without network or containers.

@@ -94,3 +94,23 @@ func (r *Reader) Histogram(tb testing.TB, name string, attrs Attrs) (count uint6
 	}
 	return count, sum
 }
+
+// Gauge is the value of the float64 gauge name in the series whose attributes include attrs,
+// and whether there is one. Observable gauges are read (their callbacks run) by this call.
+func (r *Reader) Gauge(tb testing.TB, name string, attrs Attrs) (float64, bool) {
+	tb.Helper()
+	m, ok := r.collect(tb, name)
+	if !ok {
+		return 0, false
+	}
+	g, ok := m.Data.(metricdata.Gauge[float64])
+	if !ok {
+		tb.Fatalf("%s is a %T, not a float64 gauge", name, m.Data)
+	}
+	for _, p := range g.DataPoints {
+		if attrs.match(p.Attributes) {
+			return p.Value, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,151 @@
+// Package pending reports how many messages wait for JetStream consumers, as the gauge
+// agate_consumer_pending_messages{consumer} (README, "Health and metrics"): the consumer infos'
+// NumPending, read when metrics are collected rather than tracked, since only JetStream knows it.
+package pending
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/agatesched/agate/internal/telemetry"
+)
+
+// Defaults of Config.
+const (
+	// TTLDefault: scrapes within it share one reading, so that several Prometheus servers (or a
+	// short scrape interval) do not each ask JetStream.
+	TTLDefault = 5 * time.Second
+	// TimeoutDefault bounds one reading, well inside a scrape's timeout.
+	TimeoutDefault = 2 * time.Second
+)
+
+// Watch names the consumers of one stream to report: every consumer named Name, or, when Prefix
+// is set, every consumer whose name starts with Name (the workers' consumers of all job types,
+// including those no running worker handles).
+type Watch struct {
+	Stream string
+	Name   string
+	Prefix bool
+}
+
+func (w Watch) matches(consumer string) bool {
+	if w.Prefix {
+		return strings.HasPrefix(consumer, w.Name)
+	}
+	return consumer == w.Name
+}
+
+// Config configures Register.
+type Config struct {
+	Watches []Watch
+	TTL     time.Duration // default TTLDefault
+	Timeout time.Duration // default TimeoutDefault
+	Logger  *slog.Logger  // default slog.Default()
+	Now     func() time.Time
+}
+
+// reader reads the pending counts, at most once per TTL.
+type reader struct {
+	cfg Config
+	js  jetstream.JetStream
+
+	mu     sync.Mutex
+	at     time.Time        // of the last reading, successful or not
+	counts map[string]int64 // consumer → NumPending; nil when the last reading failed
+}
+
+// Register creates the gauge on mp's meter (nil: the global provider) and observes it until the
+// returned function is called. A stream or consumer that does not exist yet is not reported; a
+// reading that fails (JetStream away, the timeout) reports nothing until the next one, rather
+// than a stale number.
+func Register(mp metric.MeterProvider, js jetstream.JetStream, cfg Config) (unregister func(), err error) {
+	if cfg.TTL <= 0 {
+		cfg.TTL = TTLDefault
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = TimeoutDefault
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &reader{cfg: cfg, js: js}
+	m := telemetry.Meter(mp, "internal/pending")
+	g := telemetry.Gauge(m, "agate.consumer.pending.messages", "{message}",
+		"Messages a JetStream consumer has not delivered yet (NumPending), by consumer: scheduler-done "+
+			"(job outcomes for the schedulers), worker-<job type> (fires for the workers)")
+	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		for c, n := range r.read(ctx) {
+			o.ObserveFloat64(g, float64(n), metric.WithAttributes(attribute.String("consumer", c)))
+		}
+		return nil
+	}, g)
+	if err != nil {
+		return nil, fmt.Errorf("registering the consumer pending gauge: %w", err)
+	}
+	return func() { _ = reg.Unregister() }, nil
+}
+
+// read returns the counts, reading them anew once the last reading is older than the TTL. The
+// lock is held while reading, so concurrent scrapes wait for one reading instead of each making
+// their own.
+func (r *reader) read(ctx context.Context) map[string]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := r.cfg.Now(); r.at.IsZero() || now.Sub(r.at) >= r.cfg.TTL {
+		ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		defer cancel()
+		counts, err := r.fetch(ctx)
+		if err != nil {
+			r.cfg.Logger.WarnContext(ctx, "reading consumer pending counts failed; not reported", slog.Any("error", err))
+		}
+		r.at, r.counts = now, counts
+	}
+	return maps.Clone(r.counts)
+}
+
+func (r *reader) fetch(ctx context.Context) (map[string]int64, error) {
+	counts := map[string]int64{}
+	for _, w := range r.cfg.Watches {
+		s, err := r.js.Stream(ctx, w.Stream)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				continue // not created yet: nothing waits
+			}
+			return nil, fmt.Errorf("looking up stream %s: %w", w.Stream, err)
+		}
+		if !w.Prefix {
+			c, err := s.Consumer(ctx, w.Name)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				continue
+			} else if err != nil {
+				return nil, fmt.Errorf("looking up consumer %s on %s: %w", w.Name, w.Stream, err)
+			}
+			counts[w.Name] = int64(c.CachedInfo().NumPending)
+			continue
+		}
+		// One paged request for all the stream's consumers, not one per consumer.
+		l := s.ListConsumers(ctx)
+		for info := range l.Info() {
+			if w.matches(info.Name) {
+				counts[info.Name] = int64(info.NumPending)
+			}
+		}
+		if err := l.Err(); err != nil {
+			return nil, fmt.Errorf("listing the consumers of %s: %w", w.Stream, err)
+		}
+	}
+	return counts, nil
+}

@@ -1,0 +1,134 @@
+package pending
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/telemetry/metrictest"
+)
+
+const gauge = "agate.consumer.pending.messages"
+
+// clock is a settable time for the cache.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// setup starts JetStream with a stream S (subjects s.>) and durable consumers on it.
+// The returned function stops the server.
+func setup(t *testing.T, consumers ...string) (jetstream.JetStream, func()) {
+	t.Helper()
+	srv := testenv.StartNATS(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range consumers {
+		if _, err := js.CreateOrUpdateConsumer(ctx, "S", jetstream.ConsumerConfig{Durable: c, FilterSubject: "s." + c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return js, srv.Shutdown
+}
+
+func publish(t *testing.T, js jetstream.JetStream, subject string, n int) {
+	t.Helper()
+	for range n {
+		if _, err := js.Publish(context.Background(), subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func read(t *testing.T, r *metrictest.Reader, consumer string) (float64, bool) {
+	t.Helper()
+	return r.Gauge(t, gauge, metrictest.Attrs{"consumer": consumer})
+}
+
+// TestPendingByConsumer: the gauge reports NumPending of the watched consumers only (a name, a
+// prefix), of a stream that does not exist nothing, and stops when unregistered.
+func TestPendingByConsumer(t *testing.T) {
+	js, _ := setup(t, "done", "worker-a", "worker-b", "other")
+	publish(t, js, "s.done", 2)
+	publish(t, js, "s.worker-a", 3)
+	publish(t, js, "s.other", 4)
+
+	r := metrictest.New(t)
+	unregister, err := Register(r.Provider, js, Config{Watches: []Watch{
+		{Stream: "S", Name: "done"},
+		{Stream: "S", Name: "worker-", Prefix: true},
+		{Stream: "MISSING", Name: "x"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c, want := range map[string]float64{"done": 2, "worker-a": 3, "worker-b": 0} {
+		if got, ok := read(t, r, c); !ok || got != want {
+			t.Errorf("%s: pending %v (reported %v); want %v", c, got, ok, want)
+		}
+	}
+	for _, c := range []string{"other", "x"} {
+		if got, ok := read(t, r, c); ok {
+			t.Errorf("%s reported (%v); it is not watched or does not exist", c, got)
+		}
+	}
+	unregister()
+	if got, ok := read(t, r, "done"); ok {
+		t.Errorf("reported %v after unregister", got)
+	}
+}
+
+// TestPendingCached: collections within the TTL share one reading; after it, a new reading
+// shows new messages; a reading that fails reports nothing rather than the stale number.
+func TestPendingCached(t *testing.T) {
+	js, stopNATS := setup(t, "done")
+	publish(t, js, "s.done", 1)
+	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	r := metrictest.New(t)
+	unregister, err := Register(r.Provider, js, Config{Watches: []Watch{{Stream: "S", Name: "done"}},
+		TTL: 5 * time.Second, Timeout: 500 * time.Millisecond, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unregister()
+	if got, _ := read(t, r, "done"); got != 1 {
+		t.Fatalf("pending %v; want 1", got)
+	}
+	publish(t, js, "s.done", 2)
+	clk.add(4 * time.Second)
+	if got, _ := read(t, r, "done"); got != 1 {
+		t.Errorf("within the TTL: pending %v; want the cached 1", got)
+	}
+	clk.add(time.Second)
+	if got, _ := read(t, r, "done"); got != 3 {
+		t.Errorf("after the TTL: pending %v; want 3", got)
+	}
+	stopNATS()
+	clk.add(5 * time.Second)
+	if got, ok := read(t, r, "done"); ok {
+		t.Errorf("JetStream down: reported %v; want nothing", got)
+	}
+}
