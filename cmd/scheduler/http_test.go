@@ -2,9 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agatesched/agate/client"
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 )
@@ -105,17 +105,12 @@ func readiness(t *testing.T, addr string) (int, map[string]string) {
 // and /readyz is how anything outside the process learns it.
 func awaitReadiness(t *testing.T, p *process, addr string, code int) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if got, _ := testenv.AwaitHTTP(t, "http://"+addr+"/readyz", code, 30*time.Second); got != code {
 		got, checks := readiness(t, addr)
-		if got == code {
-			return checks
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d %v after 30s, want %d:\n%s", got, checks, code, p.logged())
-		}
-		time.Sleep(50 * time.Millisecond)
+		t.Fatalf("/readyz still %d %v after 30s, want %d:\n%s", got, checks, code, p.logged())
 	}
+	_, checks := readiness(t, addr)
+	return checks
 }
 
 // metricValue is the value of the sample of metric name whose labels include labels, as /metrics
@@ -188,20 +183,16 @@ func TestRunServesHealthAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := fmt.Sprintf(`{"id":"http-test-1","job":{"group":"g","name":"j","type":"noop"},
-		"triggers":[{"group":"g","name":"t","startAt":%q,"simple":{"repeatCount":0}}]}`, time.Now().UTC().Format(time.RFC3339Nano))
 	// The api service subscribes as the loops start: ready may come a moment before it answers,
-	// and a producer retries "no responders" (as the client package does).
-	reply, err := nc.Request(subjects.API("schedule_job"), []byte(cmd), 10*time.Second)
-	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-		reply, err = nc.Request(subjects.API("schedule_job"), []byte(cmd), 10*time.Second)
-	}
-	if err != nil {
+	// and the client retries "no responders" as any producer should.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := client.New(nc, client.Options{Namespace: "default"}).ScheduleJob(ctx, client.ScheduleJob{
+		ID:       "http-test-1",
+		Job:      client.Job{Group: "g", Name: "j", Type: "noop"},
+		Triggers: []client.Trigger{client.OneShot("g", "t", time.Now())},
+	}); err != nil {
 		t.Fatalf("schedule_job: %v", err)
-	}
-	if !strings.Contains(string(reply.Data), `"ok":true`) {
-		t.Fatalf("schedule_job: %s", reply.Data)
 	}
 	if _, err := sub.NextMsg(30 * time.Second); err != nil {
 		t.Fatalf("no JobFired: %v\n%s", err, p.logged())

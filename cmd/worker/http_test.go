@@ -59,19 +59,10 @@ func TestWorkerServesHealthAndMetrics(t *testing.T) {
 	base := "http://" + addr
 
 	// Ready once its pull loops run: asked until then, as an orchestrator would.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := testenv.HTTPGet(t, base+"/readyz")
-		if code == 200 {
-			if !strings.Contains(body, `"nats":"ok"`) || !strings.Contains(body, `"consumers":"ok"`) {
-				t.Errorf("/readyz 200: %s", body)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d %s after 30s", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if code, body := testenv.AwaitHTTP(t, base+"/readyz", 200, 30*time.Second); code != 200 {
+		t.Fatalf("/readyz still %d %s after 30s", code, body)
+	} else if !strings.Contains(body, `"nats":"ok"`) || !strings.Contains(body, `"consumers":"ok"`) {
+		t.Errorf("/readyz 200: %s", body)
 	}
 	healthcheck := exec.Command(os.Args[0], "healthcheck")
 	healthcheck.Env = append(os.Environ(), "AGATE_WORKER_RUN_MAIN=1", "AGATE_HTTP_ADDR="+addr)
