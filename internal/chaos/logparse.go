@@ -34,7 +34,7 @@ func parseLog(rows []logRow) (Log, error) {
 			}
 			if err = json.Unmarshal(r.Data, &d); err == nil {
 				lg.Fires = append(lg.Fires, Fire{Seq: r.Seq, FireID: d.FireID, Job: d.Job.String(), Trigger: d.Trigger.String(),
-					ScheduledTime: d.ScheduledTime, Time: r.Time, Source: instance(r.Source), Nonconcurrent: d.Nonconcurrent})
+					ScheduledTime: d.ScheduledTime, Time: r.Time, Source: events.InstanceOf(r.Source), Nonconcurrent: d.Nonconcurrent})
 			}
 		case events.TypeJobCompleted, events.TypeJobFailed:
 			var d struct {
@@ -83,7 +83,7 @@ func parseLog(rows []logRow) (Log, error) {
 			}
 			if err = json.Unmarshal(r.Data, &d); err == nil {
 				lg.Misfires = append(lg.Misfires, fmt.Sprintf("%s missed %s (logged %s by %s)",
-					d.Trigger, clock(d.MissedFireTime), clock(r.Time), instance(r.Source)))
+					d.Trigger, clock(d.MissedFireTime), clock(r.Time), events.InstanceOf(r.Source)))
 			}
 		case events.TypeTriggerError:
 			var d struct {
@@ -99,16 +99,6 @@ func parseLog(rows []logRow) (Log, error) {
 		}
 	}
 	return lg, nil
-}
-
-// instance is the instance id out of a CloudEvents source agate/<ns>/<instance>.
-func instance(source string) string {
-	for i := len(source) - 1; i >= 0; i-- {
-		if source[i] == '/' {
-			return source[i+1:]
-		}
-	}
-	return source
 }
 
 func commandOutput(ctx context.Context, bin string, args ...string) (string, error) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -98,6 +99,16 @@ func New(typ, source, aggregate, aggregateID, topic string, now time.Time, v any
 // Source is the CloudEvents source of a node: agate/<ns>/<instanceId>.
 func Source(namespace, instanceID string) string {
 	return "agate/" + namespace + "/" + instanceID
+}
+
+// InstanceOf is the instance id of a source agate/<ns>/<instanceId> (the source itself when it
+// has another form).
+func InstanceOf(source string) string {
+	parts := strings.SplitN(source, "/", 3)
+	if len(parts) < 3 {
+		return source
+	}
+	return parts[2]
 }
 
 // Envelope is the CloudEvents 1.0 structured-mode JSON of an event: what goes on the wire.

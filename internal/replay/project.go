@@ -3,7 +3,6 @@ package replay
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -526,7 +525,7 @@ func (s *State) jobFired(r Record) error {
 	}
 	sched := d.ScheduledTime
 	t.Next, t.Prev, t.Times, t.State = d.NextFireTime, &sched, d.TimesTriggered, d.TriggerState
-	f := &Fired{ID: d.FireID, Trigger: d.Trigger, Job: d.Job.Key(), Instance: instanceOf(r.Source),
+	f := &Fired{ID: d.FireID, Trigger: d.Trigger, Job: d.Job.Key(), Instance: events.InstanceOf(r.Source),
 		FiredTime: d.FiredTime, SchedTime: d.ScheduledTime, Nonconcurrent: d.Nonconcurrent, Priority: t.Priority}
 	if j := s.Jobs[d.Job.Key()]; j != nil {
 		f.RequestsRecovery = j.RequestsRecovery
@@ -574,13 +573,4 @@ func (s *State) jobEnded(r Record) error {
 	}
 	j.Data = d.Data
 	return nil
-}
-
-// instanceOf is the instance id of an event's source, agate/<ns>/<instance>.
-func instanceOf(source string) string {
-	parts := strings.SplitN(source, "/", 3)
-	if len(parts) < 3 {
-		return source
-	}
-	return parts[2]
 }
