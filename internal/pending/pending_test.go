@@ -63,6 +63,30 @@ func publish(t *testing.T, js jetstream.JetStream, subject string, n int) {
 	}
 }
 
+// settled waits until JetStream reports n messages pending for consumer: the server updates a
+// consumer's count after it acknowledged the publish, so a reading right away may see fewer.
+func settled(t *testing.T, js jetstream.JetStream, consumer string, n uint64) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		c, err := js.Consumer(context.Background(), "S", consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.CachedInfo().NumPending
+		if got == n {
+			return
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("%s: JetStream reports %d pending after 10s; want %d", consumer, got, n)
+		case <-tick.C:
+		}
+	}
+}
+
 func read(t *testing.T, r *metrictest.Reader, consumer string) (float64, bool) {
 	t.Helper()
 	return r.Gauge(t, gauge, metrictest.Attrs{"consumer": consumer})
@@ -75,6 +99,8 @@ func TestPendingByConsumer(t *testing.T) {
 	publish(t, js, "s.done", 2)
 	publish(t, js, "s.worker-a", 3)
 	publish(t, js, "s.other", 4)
+	settled(t, js, "done", 2)
+	settled(t, js, "worker-a", 3)
 
 	r := metrictest.New(t)
 	unregister, err := Register(r.Provider, js, Config{Watches: []Watch{
@@ -106,6 +132,7 @@ func TestPendingByConsumer(t *testing.T) {
 func TestPendingCached(t *testing.T) {
 	js, stopNATS := setup(t, "done")
 	publish(t, js, "s.done", 1)
+	settled(t, js, "done", 1)
 	clk := &clock{now: time.Unix(1_700_000_000, 0)}
 	r := metrictest.New(t)
 	unregister, err := Register(r.Provider, js, Config{Watches: []Watch{{Stream: "S", Name: "done"}},
@@ -118,6 +145,7 @@ func TestPendingCached(t *testing.T) {
 		t.Fatalf("pending %v; want 1", got)
 	}
 	publish(t, js, "s.done", 2)
+	settled(t, js, "done", 3)
 	clk.add(4 * time.Second)
 	if got, _ := read(t, r, "done"); got != 1 {
 		t.Errorf("within the TTL: pending %v; want the cached 1", got)
