@@ -44,12 +44,13 @@ delete from scheduler_state where sched_name = $1 and instance_id = $2;
 
 -- name: HealBlocked
 -- Blocked by a non-concurrent job's execution, but the job has none in flight (no fired row).
+-- Returns the state each was in (RETURNING gives the new row: PAUSED was PAUSED_BLOCKED).
 update triggers t
 set state = case t.state when 'PAUSED_BLOCKED' then 'PAUSED' else 'WAITING' end
 where t.sched_name = $1 and t.state in ('BLOCKED', 'PAUSED_BLOCKED')
   and not exists (select 1 from fired_triggers f
                   where f.sched_name = t.sched_name and f.job_group = t.job_group and f.job_name = t.job_name)
-returning t.trigger_group, t.trigger_name, t.state;
+returning t.trigger_group, t.trigger_name, case t.state when 'PAUSED' then 'PAUSED_BLOCKED' else 'BLOCKED' end;
 
 -- name: ForgetOrphanClaims
 -- Claims (ACQUIRED fired rows) of nodes that are no longer members: nobody will fire them.

@@ -246,3 +246,31 @@ func TestHealRepairsStuckTriggers(t *testing.T) {
 		t.Errorf("%d TriggerRepaired events, want 3", n)
 	}
 }
+
+// TestHealUnblocksAPausedTriggerToPaused: a PAUSED_BLOCKED trigger whose job has nothing in
+// flight goes back to PAUSED, and its TriggerRepaired says so (replay applies "to").
+func TestHealUnblocksAPausedTriggerToPaused(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	f.Job(t, key("nc"), true)
+	f.Trigger(t, key("paused"), key("nc"), testenv.Repeating(time.Minute), time.Now().Add(time.Hour))
+	f.Exec(t, `update triggers set state = 'PAUSED_BLOCKED' where sched_name = $1`, f.Namespace())
+
+	r := recovery.New(recovery.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks},
+		f.Pool, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil))
+	res, err := r.RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := recovery.Repair{Trigger: key("paused"), From: store.StatePausedBlocked, To: store.StatePaused,
+		Reason: "blocked with no execution of its job in flight"}
+	if len(res.Repairs) != 1 || res.Repairs[0] != want {
+		t.Fatalf("repaired %+v, want %+v", res.Repairs, want)
+	}
+	if got := f.State(t, key("paused")); got != store.StatePaused {
+		t.Errorf("trigger is %q, want PAUSED", got)
+	}
+	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = $2
+		and data->>'from' = 'PAUSED_BLOCKED' and data->>'to' = 'PAUSED'`, events.TypeTriggerRepaired); n != 1 {
+		t.Errorf("%d TriggerRepaired events from PAUSED_BLOCKED to PAUSED, want 1", n)
+	}
+}
