@@ -18,14 +18,17 @@ build: ## build the binaries into bin/
 	$(GO) build -o bin/ ./cmd/...
 
 .PHONY: test
-test: ## vet and run every test against real PostgreSQL and NATS JetStream
+test: ## vet and run every test against real PostgreSQL and NATS JetStream (and the UI in headless Chromium); screenshots in test-artifacts/
 	@./scripts/ensure-postgres.sh
+	@./scripts/ensure-chromium.sh
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 25m ./...
+	@mkdir -p test-artifacts
+	$(GO) test -count=1 -timeout 25m -artifacts -outputdir $(CURDIR)/test-artifacts ./...
 
 .PHONY: test/race
 test/race: ## the tests with the race detector
 	@./scripts/ensure-postgres.sh
+	@./scripts/ensure-chromium.sh
 	$(GO) test -race -count=1 -timeout 25m ./...
 
 .PHONY: lint

@@ -102,7 +102,7 @@ func NewID() string { return uuid.Must(uuid.NewV7()).String() }
 // object). An "id" field is added when body has none (or an empty one), so a retry reuses it.
 // It returns the outcome, or an *Error when the command was rejected.
 func (c *Client) Command(ctx context.Context, name string, body any) (*Outcome, error) {
-	data, err := withID(body)
+	data, err := WithID(body)
 	if err != nil {
 		return nil, err
 	}
@@ -187,8 +187,9 @@ func (c *Client) once(ctx context.Context, name string, data []byte) ([]byte, er
 	return reply.Data, nil
 }
 
-// withID encodes body and gives it an id when it has none.
-func withID(body any) ([]byte, error) {
+// WithID encodes a command body (any value that encodes to a JSON object, json.RawMessage too)
+// and gives it an id when it has none, so that a retry reuses it.
+func WithID(body any) ([]byte, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the command: %w", err)

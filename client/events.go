@@ -32,6 +32,9 @@ type Event struct {
 	Subject         string          `json:"subject,omitempty"`
 	DataContentType string          `json:"datacontenttype,omitempty"`
 	Data            json.RawMessage `json:"data"`
+	// TraceParent is the W3C traceparent of the span that logged the event, in History's
+	// answers; on the bus it is the message's traceparent header.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // ErrMalformedEvent is matched (errors.Is) by the error Events yields for a message of the

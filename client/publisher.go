@@ -54,7 +54,7 @@ func (p *Publisher) Publish(ctx context.Context, cmds []BatchCommand) ([]string,
 		}
 	}
 	for i, c := range cmds {
-		data, err := withID(c.Body)
+		data, err := WithID(c.Body)
 		if err != nil {
 			return nil, fmt.Errorf("command %d (%s): %w", i, c.Name, err)
 		}

@@ -54,6 +54,7 @@ type options struct {
 	dataDir     string
 	natsPort    int
 	http        cli.HTTP // the HTTP listener: health, readiness, metrics
+	ui          uiOptions
 }
 
 func rootCommand() *cobra.Command {
@@ -294,7 +295,7 @@ func runDev(ctx context.Context, o *options) error {
 		return err
 	}
 	return stopped(ctx, devcluster.Run(ctx, devcluster.Config{DataDir: o.dataDir, NATSPort: o.natsPort,
-		DatabaseURL: o.databaseURL, Node: cfg, Logger: log, HTTP: o.http.Addr, Pprof: o.http.Pprof}))
+		DatabaseURL: o.databaseURL, Node: cfg, Logger: log, HTTP: o.http.Addr, Pprof: o.http.Pprof, UI: o.ui.config()}))
 }
 
 func migrate(ctx context.Context, databaseURL string) error {

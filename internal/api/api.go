@@ -66,6 +66,8 @@ type Config struct {
 	// Unknown, when set, answers a request on a name that no endpoint serves (the commands
 	// step rejects it as an unknown command and records the rejection).
 	Unknown func(ctx context.Context, name string, body []byte) (reply any, failed *apierr.Error)
+	// Local, when set, answers the endpoints in process while the service runs (the web UI).
+	Local *Local
 }
 
 // Serve runs the service until ctx is cancelled.
@@ -155,6 +157,7 @@ func Serve(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		}
 		defer func() { _ = sub.Drain() }()
 	}
+	defer cfg.Local.serve(cfg.Endpoints)()
 	<-ctx.Done()
 	return nil
 }

@@ -121,6 +121,10 @@ type Envelope struct {
 	Subject         string          `json:"subject,omitempty"`
 	DataContentType string          `json:"datacontenttype"`
 	Data            json.RawMessage `json:"data"`
+	// TraceParent is CloudEvents' distributed tracing extension: the W3C traceparent of the
+	// span that logged the event. Only history answers carry it; on the bus it is the
+	// traceparent header.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Envelope returns the wire form of e.

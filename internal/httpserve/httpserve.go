@@ -91,6 +91,7 @@ func URL(addr, path string) (string, error) {
 // and its MeterProvider is nil (the global one, a no-op unless installed).
 type Server struct {
 	srv    *http.Server
+	mux    *http.ServeMux
 	addr   string
 	prom   *telemetry.Prometheus
 	log    *slog.Logger
@@ -186,8 +187,18 @@ func (s *Server) Stop(ctx context.Context) {
 	}
 }
 
+// Handle serves h on pattern (http.ServeMux's) besides the listener's own paths: the scheduler's
+// web UI. It may be called while the listener serves.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	if s == nil {
+		return
+	}
+	s.mux.Handle(pattern, h)
+}
+
 func (s *Server) handler(withPprof bool) http.Handler {
 	mux := http.NewServeMux()
+	s.mux = mux
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// The process answers: it is alive. Nothing else is checked, so that an orchestrator does
 		// not restart a process that is only waiting for its database.

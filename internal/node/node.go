@@ -88,6 +88,9 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 	// Health, when set, is filled in as the node starts, for the HTTP listener's /readyz.
 	Health *Health
+	// API, when set, answers the node's commands and queries in process while it serves them
+	// (the web UI, internal/webui).
+	API *api.Local
 	// TestSignals, when a test set them (and initialised the ones it waits on), tell it what the
 	// node's loops did.
 	TestSignals *TestSignals
@@ -296,7 +299,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 // request on any other name is a command the scheduler does not know, answered and recorded as
 // such by the command step.
 func apiConfig(cfg Config, log *slog.Logger, commands *command.Handler, queries *query.Handler) api.Config {
-	c := api.Config{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID, Logger: log,
+	c := api.Config{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID, Logger: log, Local: cfg.API,
 		Unknown: func(ctx context.Context, name string, body []byte) (any, *apierr.Error) {
 			out := commands.Handle(ctx, name, body)
 			return out, out.Error

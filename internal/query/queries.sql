@@ -57,7 +57,7 @@ where sched_name = $1 and trigger_group = $2 and trigger_name = $3;
 -- stops after the page. aggregate_id is "<group>.<name>", which two keys with dots can share
 -- ("a.b"+"c", "a"+"b.c"); then ($7 false) the key in the data decides. Without dots the filter
 -- is left out, as it would make the planner guess too few rows and sort them all instead.
-select seq, id, type, source, time, aggregate_id, data
+select seq, id, type, source, time, aggregate_id, data, coalesce(trace_context, '')
 from events
 where sched_name = $1 and aggregate = 'job' and aggregate_id = $2 and seq < $5
   and ($7 or (data->'job'->>'group' = $3 and data->'job'->>'name' = $4))
@@ -77,7 +77,7 @@ with jobs as (
       and data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4
 )
 select * from (
-    (select seq, id, type, source, time, aggregate_id, data
+    (select seq, id, type, source, time, aggregate_id, data, coalesce(trace_context, '')
      from events
      where sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2 and seq < $5
        and ($7 or (data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4))
@@ -85,7 +85,7 @@ select * from (
      limit $6)
     union all
     (select f.* from jobs cross join lateral (
-        select seq, id, type, source, time, aggregate_id, data
+        select seq, id, type, source, time, aggregate_id, data, coalesce(trace_context, '')
         from events e
         where e.sched_name = $1 and e.aggregate = 'job' and e.aggregate_id = jobs.job_group || '.' || jobs.job_name
           and e.data->'trigger'->>'group' = $3 and e.data->'trigger'->>'name' = $4 and e.seq < $5

@@ -319,7 +319,7 @@ func (h *Handler) history(ctx context.Context, req *history) (any, error) {
 		var e events.Envelope
 		var seq int64
 		var data []byte
-		err := r.Scan(&seq, &e.ID, &e.Type, &e.Source, &e.Time, &e.Subject, &data)
+		err := r.Scan(&seq, &e.ID, &e.Type, &e.Source, &e.Time, &e.Subject, &data, &e.TraceParent)
 		e.SpecVersion, e.DataContentType, e.Time, e.Data = "1.0", "application/json", e.Time.UTC(), data
 		seqs = append(seqs, seq)
 		return e, err

@@ -5,8 +5,10 @@
 package devcluster
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +30,7 @@ import (
 	"github.com/agatesched/agate/internal/httpserve"
 	"github.com/agatesched/agate/internal/node"
 	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/webui"
 	"github.com/agatesched/agate/internal/worker"
 )
 
@@ -49,6 +52,9 @@ type Config struct {
 	HTTP string
 	// Pprof also serves Go's profiles on it.
 	Pprof bool
+	// UI, when set, serves the web UI on the listener. With neither a token nor ReadOnly, a
+	// token is made and written to <DataDir>/ui-token, so that the UI's buttons work.
+	UI *webui.Config
 }
 
 // Run starts the cluster and runs it until ctx is cancelled, then stops everything and returns
@@ -70,6 +76,16 @@ func Run(ctx context.Context, cfg Config) error {
 	defer srv.Stop(ctx)
 	cfg.Node.Health, cfg.Node.MeterProvider = &node.Health{}, srv.MeterProvider()
 	srv.AddProbes(cfg.Node.Health.Probes()...)
+	if cfg.UI != nil && srv != nil {
+		ui := *cfg.UI
+		if ui.Token == "" && !ui.ReadOnly {
+			if ui.Token, err = uiToken(cfg.DataDir, log); err != nil {
+				return err
+			}
+		}
+		ui.Namespace, ui.Logger = cfg.Node.Namespace, log
+		cfg.Node.API = webui.Serve(srv, ui)
+	}
 	dbURL := cfg.DatabaseURL
 	if dbURL == "" {
 		dir := filepath.Join(cfg.DataDir, "postgres")
@@ -152,6 +168,21 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("Agate dev cluster stopped")
 	}
 	return err
+}
+
+// uiToken is the dev UI's write token, kept in <dir>/ui-token (readable by its owner only) so
+// that it stays the same from one run to the next. The log says where it is, never what it is.
+func uiToken(dir string, log *slog.Logger) (string, error) {
+	path := filepath.Join(dir, "ui-token")
+	if b, err := os.ReadFile(path); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		return string(bytes.TrimSpace(b)), nil
+	}
+	token := rand.Text()
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("writing the web UI's token: %w", err)
+	}
+	log.Info("made a token for the web UI's buttons", slog.String("file", path))
+	return token, nil
 }
 
 // serveHTTP starts the listener cfg asks for, on a free port of the same host when its port is
