@@ -141,7 +141,7 @@ func (b *browser) run(t *testing.T, what string, actions ...chromedp.Action) {
 func (b *browser) screenshot(t *testing.T, name string) {
 	t.Helper()
 	var png []byte
-	b.run(t, "screenshot "+name, chromedp.FullScreenshot(&png, 90))
+	b.run(t, "screenshot "+name, chromedp.FullScreenshot(&png, 100))
 	path := filepath.Join(t.ArtifactDir(), name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
