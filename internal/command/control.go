@@ -252,12 +252,12 @@ func (a *applyCtx) resume(ctx context.Context, group string, name *string) ([]re
 	for i, p := range ps {
 		out[i] = resumed{key: p.m.Key, from: p.m.State, to: p.to, misfired: p.misfired}
 		if p.misfired {
-			evs, state, _, err := store.ApplyMisfire(ctx, a.tx, origin, p.m, cals, a.now, p.to)
+			evs, done, err := store.ApplyMisfire(ctx, a.tx, origin, p.m, cals, a.now, p.to)
 			if err != nil {
 				return nil, err
 			}
-			if state != "" {
-				out[i].to = state // ERROR, or COMPLETE when no fire time is left
+			if done.State != "" {
+				out[i].to = done.State // ERROR, or COMPLETE when no fire time is left
 			}
 			for _, ev := range evs {
 				ev.TraceParent = a.traceParent

@@ -83,6 +83,9 @@ func TestMetrics(t *testing.T) {
 	if count, _ := m.Histogram(t, "agate.worker.run.duration", metrictest.Attrs{"job_type": "noop"}); count != 3 {
 		t.Errorf("run durations of noop jobs: %d, want 3", count)
 	}
+	if count, sum := m.Histogram(t, "agate.worker.start.lateness", metrictest.Attrs{"job_type": "noop"}); count != 3 || sum < 0 || sum > 3*10 {
+		t.Errorf("start lateness of noop jobs: %d values summing to %.3f s, want 3 of a few seconds at most", count, sum)
+	}
 	// Every consumer delivered all it had: the node reports its own and the workers' (read from
 	// JetStream when collected), none with anything pending.
 	for _, c := range []string{complete.DurableName, "worker-noop", "worker-boom"} {

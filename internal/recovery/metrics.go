@@ -49,7 +49,7 @@ func newMetrics(mp metric.MeterProvider) metrics {
 		released: telemetry.Counter(m, "agate.scheduler.recovery.released", "{trigger}",
 			"Claims recovery gave back to WAITING: of failed nodes (reason node failed) or left by an earlier run of this node (reason earlier run)"),
 		misfires: telemetry.Counter(m, "agate.scheduler.misfires", "{trigger}",
-			"Triggers found later than --misfire-threshold whose misfire instruction this node applied"),
+			"Triggers found later than --misfire-threshold whose misfire instruction this node applied, by instruction"),
 		repairs: telemetry.Counter(m, "agate.scheduler.repairs", "{trigger}",
 			"Triggers found stuck in a state nothing would move them out of, and repaired, by the state they were stuck in"),
 		abandoned: telemetry.Counter(m, "agate.scheduler.abandoned", "{execution}",
@@ -69,6 +69,14 @@ func (m metrics) recovered(ctx context.Context, failed []string, released int) {
 			reason = events.ReleaseEarlierRun
 		}
 		m.released.Add(ctx, int64(released), releasedAttrs[reason])
+	}
+}
+
+// misfired counts the misfire instructions applied, by instruction (a handful of names: the
+// attribute sets are made per batch, not per fire).
+func (m metrics) misfired(ctx context.Context, byInstruction map[string]int64) {
+	for instr, n := range byInstruction {
+		m.misfires.Add(ctx, n, telemetry.Attrs(attribute.String("instruction", instr)))
 	}
 }
 

@@ -391,20 +391,23 @@ func (r *Recoverer) misfiresIn(ctx context.Context, p int) (int, error) {
 		if err != nil {
 			return err
 		}
+		applied := map[string]int64{} // by instruction
 		for _, m := range ms {
-			evs, _, broken, err := store.ApplyMisfire(ctx, tx, r.origin, m, cals, now, store.StateWaiting)
+			evs, done, err := store.ApplyMisfire(ctx, tx, r.origin, m, cals, now, store.StateWaiting)
 			if err != nil {
 				return err
 			}
-			if broken != nil {
+			if done.Broken != nil {
 				r.cfg.Logger.ErrorContext(ctx, "trigger put in ERROR: its next fire time cannot be computed",
-					slog.String("trigger", m.Key.String()), slog.String("reason", broken.Error()))
+					slog.String("trigger", m.Key.String()), slog.String("reason", done.Broken.Error()))
+			} else if done.State != "" {
+				applied[done.Instruction]++
 			}
 			tx.Append(evs...)
 		}
 		handled = len(ms)
-		if handled > 0 {
-			tx.OnCommit(func() { r.metrics.misfires.Add(ctx, int64(len(ms))) })
+		if len(applied) > 0 {
+			tx.OnCommit(func() { r.metrics.misfired(ctx, applied) })
 		}
 		return nil
 	})

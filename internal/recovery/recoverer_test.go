@@ -12,6 +12,7 @@ import (
 	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/recovery"
 	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/telemetry/metrictest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -95,7 +96,10 @@ func TestMisfireScan(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	f.Trigger(t, key("late"), key("j"), testenv.Repeating(time.Hour), now.Add(-10*time.Minute))
 	f.Trigger(t, key("on-time"), key("j"), testenv.Repeating(time.Hour), now.Add(-time.Second))
-	res, err := newRecoverer(f, "n1", func() time.Time { return now }).RunOnce(t.Context())
+	r := newRecoverer(f, "n1", func() time.Time { return now })
+	m := metrictest.New(t)
+	r.SetMeterProvider(m.Provider)
+	res, err := r.RunOnce(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +116,9 @@ func TestMisfireScan(t *testing.T) {
 	}
 	if types := f.EventTypes(t); len(types) != 1 || types[0] != events.TypeTriggerMisfired {
 		t.Fatalf("logged %v, want one TriggerMisfired", types)
+	}
+	if got := m.Sum(t, "agate.scheduler.misfires", metrictest.Attrs{"instruction": "smart_policy"}); got != 1 {
+		t.Fatalf("misfires counted by instruction smart_policy: %d, want 1", got)
 	}
 }
 

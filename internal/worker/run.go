@@ -135,7 +135,7 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	runCtx, interrupt := context.WithCancelCause(runCtx)
 	forget := w.running.add(fired.FireID, fired.Job.Key(), interrupt)
 	out := &output{}
-	w.metrics.started(ctx, typ)
+	w.metrics.started(ctx, typ, attempt, started.Sub(fired.ScheduledTime))
 	err := callHandler(runCtx, h, Job{JobFired: fired, Attempt: attempt, Logger: log, out: out})
 	forget()
 	interrupted := err != nil && errors.Is(context.Cause(runCtx), ErrInterrupted)
