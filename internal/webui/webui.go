@@ -136,7 +136,9 @@ func (u *UI) settings() settings {
 	return s
 }
 
-func (u *UI) config(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, u.settings()) }
+func (u *UI) config(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, u.settings())
+}
 
 // query answers a query as the NATS endpoint would: the same reply body.
 func (u *UI) query(w http.ResponseWriter, r *http.Request) {
