@@ -103,6 +103,29 @@ type Instance struct {
 	CheckinInterval string    `json:"checkinInterval"`
 }
 
+// WorkerType is what JetStream knows of the workers of one job type (they share one consumer,
+// so they are counted together).
+type WorkerType struct {
+	JobType string `json:"jobType"`
+	// Waiting is how many pull requests wait for fires: workers asking for work now.
+	Waiting int `json:"waiting"`
+	// InFlight is how many runs are in progress (delivered, not acknowledged).
+	InFlight int `json:"inFlight"`
+	// Pending is how many fires wait in the stream, not delivered yet.
+	Pending uint64 `json:"pending"`
+	// LastDelivered is when a worker of the type last received a fire (nil: never).
+	LastDelivered *time.Time `json:"lastDelivered,omitempty"`
+}
+
+// Workers returns the workers of each job type, as JetStream sees them.
+func (c *Client) Workers(ctx context.Context) ([]WorkerType, error) {
+	var res struct {
+		Workers []WorkerType `json:"workers"`
+	}
+	err := c.Query(ctx, "workers", map[string]any{}, &res)
+	return res.Workers, err
+}
+
 // GetJob returns a job with its triggers.
 func (c *Client) GetJob(ctx context.Context, job Key) (JobInfo, error) {
 	var j JobInfo
@@ -148,6 +171,42 @@ func (c *Client) NextFireTimes(ctx context.Context, t Key, n int) ([]time.Time, 
 	}
 	err := c.Query(ctx, "next_fire_times", body, &res)
 	return res.FireTimes, err
+}
+
+// Explanation is explain's answer: why a trigger fired or did not (docs/contract.md, "explain").
+type Explanation struct {
+	Trigger      Key        `json:"trigger"`
+	At           *time.Time `json:"at,omitempty"`
+	State        string     `json:"state,omitempty"` // empty when the trigger no longer exists
+	NextFireTime *time.Time `json:"nextFireTime,omitempty"`
+	Job          *JobRef    `json:"job,omitempty"`
+	// Summary is one sentence to read first; Reasons are the findings, most telling first.
+	Summary string   `json:"summary"`
+	Reasons []Reason `json:"reasons"`
+}
+
+// Reason is one finding of explain: a code of the contract ("paused", "blocked",
+// "calendar_excluded", "misfired", "no_worker", …), a message for people, and what it refers to.
+type Reason struct {
+	Code     string     `json:"code"`
+	Message  string     `json:"message"`
+	Time     *time.Time `json:"time,omitempty"`
+	EventID  string     `json:"eventId,omitempty"`
+	FireID   string     `json:"fireId,omitempty"`
+	Instance string     `json:"instance,omitempty"`
+	Calendar string     `json:"calendar,omitempty"`
+}
+
+// Explain says why trigger t fired or did not: at a time someone expected a fire (at), or now
+// (at nil): its state, what keeps it from firing, and its latest fire's outcome.
+func (c *Client) Explain(ctx context.Context, t Key, at *time.Time) (Explanation, error) {
+	body := map[string]any{"trigger": t}
+	if at != nil {
+		body["at"] = at.UTC()
+	}
+	var res Explanation
+	err := c.Query(ctx, "explain", body, &res)
+	return res, err
 }
 
 // History returns a page of the logged events of a job or (trigger true) of a trigger, newest

@@ -88,6 +88,8 @@ func TestAgatectlAgainstACluster(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &paused); err != nil || paused["paused"] != 1 {
 		t.Fatalf("pause group -o json printed %q; want {\"paused\": 1}", out)
 	}
+	a.must(0, []string{"explain", "reports.nightly"}, "Paused", "paused", "its group reports was paused")
+	a.must(2, []string{"explain", "reports.nightly", "--at", "tomorrow"}, "--at", "RFC 3339")
 	a.must(0, []string{"resume", "all"}, "resumed 1 trigger(s)")
 	a.must(0, []string{"trigger", "ops.vacuum", "--data", `{"reason":"test"}`}, "ops.vacuum fires now")
 	a.must(0, []string{"schedule", "--job", "ops.ping", "--type", "noop", "--every", "1h"}, "ops.ping")
@@ -107,6 +109,7 @@ func TestAgatectlAgainstACluster(t *testing.T) {
 	}
 	a.must(0, []string{"history", "trigger", "reports.nightly"}, "trigger.resumed", "trigger.paused", "trigger.scheduled")
 	a.must(0, []string{"instances"}, "n1")
+	a.must(0, []string{"workers"}, "JOB TYPE", "LAST DELIVERED")
 	a.must(1, []string{"get", "trigger", "reports.gone"}, "not_found")
 	a.must(0, []string{"delete", "job", "ops.ping"}, "deleted job ops.ping")
 }

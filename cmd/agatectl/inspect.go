@@ -232,6 +232,60 @@ from the trigger's stored state with its calendar applied. Nothing changes.
 	return cmd
 }
 
+func newExplainCmd(o *clusterOpts) *cobra.Command {
+	var at string
+	cmd := &cobra.Command{
+		Use:   "explain GROUP.NAME [--at TIME]",
+		Short: "Say why a trigger fired or did not: now, or at a time you expected a fire",
+		Long: `Answer "why didn't it fire?" from the scheduler's rows and event log (the explain query):
+paused (by which command, when), blocked by a running execution of its non-concurrent job
+(which), excluded by its calendar (which), misfired (and what happened instead), not a fire
+time of its schedule, claimed by a node that failed, fired but no worker runs its job type,
+fired and failed or completed. Without --at it explains the trigger's present: its state, what
+keeps it from firing, and its latest fire. The first line is the summary; each reason follows
+with its code.
+
+  agatectl explain reports.nightly
+  agatectl explain reports.nightly --at 2026-12-25T02:00:00+01:00
+  agatectl explain reports.nightly -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := parseKey(args[0])
+			if err != nil {
+				return err
+			}
+			var when *time.Time
+			if at != "" {
+				t, err := time.Parse(time.RFC3339Nano, at)
+				if err != nil {
+					return usagef("--at %q is not an RFC 3339 time such as 2026-12-25T02:00:00Z", at)
+				}
+				when = &t
+			}
+			c, ctx, done, err := o.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			x, err := c.Explain(ctx, key, when)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if o.output == "json" {
+				return printJSON(w, x)
+			}
+			fmt.Fprintln(w, x.Summary)
+			for _, r := range x.Reasons {
+				fmt.Fprintf(w, "  %-22s %s\n", r.Code, r.Message)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&at, "at", "", "the time a fire was expected (RFC 3339); default: now")
+	return cmd
+}
+
 func newHistoryCmd(o *clusterOpts) *cobra.Command {
 	var cursor string
 	var limit int
@@ -318,6 +372,45 @@ func newInstancesCmd(o *clusterOpts) *cobra.Command {
 				rows = append(rows, []string{n.InstanceID, n.LastCheckin.UTC().Format(time.RFC3339), n.SinceCheckin, n.CheckinInterval})
 			}
 			return table(cmd.OutOrStdout(), "INSTANCE\tLAST CHECK-IN\tAGO\tINTERVAL", rows)
+		},
+	}
+}
+
+func newWorkersCmd(o *clusterOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:   "workers",
+		Short: "Show the workers of each job type, as JetStream sees them",
+		Long: `Show, for each job type some worker ever ran, what JetStream knows of its workers (the
+workers query): pull requests waiting (workers asking for fires now), runs in flight, fires
+waiting in the stream, and when a worker last received one. Workers of a type share one
+consumer, so they are counted together. WAITING 0 with fires PENDING and none IN FLIGHT means
+no worker takes that type.
+
+  agatectl workers
+  agatectl workers -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, ctx, done, err := o.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			types, err := c.Workers(ctx)
+			if err != nil {
+				return err
+			}
+			if o.output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"workers": types})
+			}
+			rows := make([][]string, 0, len(types))
+			for _, w := range types {
+				last := "never"
+				if w.LastDelivered != nil {
+					last = w.LastDelivered.UTC().Format(time.RFC3339)
+				}
+				rows = append(rows, []string{w.JobType, fmt.Sprint(w.Waiting), fmt.Sprint(w.InFlight), fmt.Sprint(w.Pending), last})
+			}
+			return table(cmd.OutOrStdout(), "JOB TYPE\tWAITING\tIN FLIGHT\tPENDING\tLAST DELIVERED", rows)
 		},
 	}
 }

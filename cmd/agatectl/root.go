@@ -72,8 +72,8 @@ be reached or was unavailable.`,
 	})
 	var o clusterOpts
 	steer := []*cobra.Command{newScheduleCmd(&o), newPauseResumeCmd(&o, true), newPauseResumeCmd(&o, false),
-		newTriggerCmd(&o), newDeleteCmd(&o), newInterruptCmd(&o), newGetCmd(&o), newListCmd(&o), newNextCmd(&o),
-		newHistoryCmd(&o), newEventsCmd(&o), newInstancesCmd(&o), newCalendarsCmd(&o)}
+		newTriggerCmd(&o), newDeleteCmd(&o), newInterruptCmd(&o), newGetCmd(&o), newListCmd(&o), newNextCmd(&o), newExplainCmd(&o),
+		newHistoryCmd(&o), newEventsCmd(&o), newInstancesCmd(&o), newWorkersCmd(&o), newCalendarsCmd(&o)}
 	for _, c := range steer {
 		o.bind(c)
 	}

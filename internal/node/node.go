@@ -225,7 +225,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	if err != nil {
 		return err
 	}
-	queries, err := query.New(query.Config{Namespace: ns, Logger: log}, pool)
+	queries, err := query.New(query.Config{Namespace: ns, Logger: log, JetStream: js}, pool)
 	if err != nil {
 		return err
 	}

@@ -127,3 +127,56 @@ select instance_id, last_checkin_time, checkin_interval_ms, epoch,
 from scheduler_state
 where sched_name = $1
 order by instance_id;
+
+-- name: ExplainTrigger
+-- explain: the trigger as the fire step reads it, with its job.
+select t.state, t.schedule, t.next_fire_time, t.prev_fire_time, t.times_triggered, coalesce(t.calendar_name, ''),
+       t.job_group, t.job_name, j.job_type, j.nonconcurrent
+from triggers t
+join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
+where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3;
+
+-- name: ExplainTriggerEvents
+-- explain: a trigger's own events, newest first, at most $5 (a backward scan of
+-- events_aggregate_seq that stops after them).
+select id, type, source, time, data
+from events
+where sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2
+  and data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4
+order by seq desc
+limit $5;
+
+-- name: ExplainGroupEvents
+-- explain: the pauses and resumes of a trigger group ($2) and of every group ('*'), newest first.
+select id, type, source, time, data
+from events
+where sched_name = $1 and aggregate = 'group' and aggregate_id in ($2, '*')
+order by seq desc
+limit 100;
+
+-- name: ExplainJobFires
+-- explain: the fires and outcomes of a job logged in [$3, $4), newest first, at most $5. The
+-- bounds on recorded_at keep the scan to the days around them (the log is partitioned by day).
+select id, type, source, time, data
+from events
+where sched_name = $1 and aggregate = 'job' and aggregate_id = $2
+  and type in ('agate.job.fired', 'agate.job.completed', 'agate.job.failed')
+  and recorded_at >= $3 and recorded_at < $4
+order by seq desc
+limit $5;
+
+-- name: ExplainFiredRows
+-- explain: a job's fired rows (claimed or executing), each with whether its node is still a
+-- member of the cluster and checking in (within 2 × its interval + 7.5 s, as recovery judges).
+select f.entry_id, f.trigger_group, f.trigger_name, f.instance_id, f.fired_time, f.state,
+       coalesce(s.last_checkin_time > now() - make_interval(secs => 2 * s.checkin_interval_ms / 1000.0 + 7.5), false)
+from fired_triggers f
+left join scheduler_state s on s.sched_name = f.sched_name and s.instance_id = f.instance_id
+where f.sched_name = $1 and f.job_group = $2 and f.job_name = $3
+order by f.fired_time;
+
+-- name: ExplainLiveNodes
+-- explain: how many scheduler nodes are checking in.
+select count(*)
+from scheduler_state
+where sched_name = $1 and last_checkin_time > now() - make_interval(secs => 2 * checkin_interval_ms / 1000.0 + 7.5);

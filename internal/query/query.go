@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -59,6 +60,9 @@ type Config struct {
 	Logger    *slog.Logger
 	// Timeout bounds one query. Default 10 s.
 	Timeout time.Duration
+	// JetStream, when set, is read for what it knows of the workers: the workers query, and
+	// explain's no_worker.
+	JetStream jetstream.JetStream
 }
 
 // Handler answers queries.
@@ -103,6 +107,8 @@ var runners = map[string]runner{
 	"list_calendars":  runAs((*Handler).listCalendars),
 	"get_calendar":    runAs((*Handler).getCalendar),
 	"instances":       runAs((*Handler).instances),
+	"explain":         runAs((*Handler).explain),
+	"workers":         runAs((*Handler).workers),
 }
 
 // Names lists the queries, sorted: internal/node serves each as an endpoint.

@@ -253,6 +253,17 @@ func (t *Trigger) FireTimes(after time.Time, n int, cal Calendar) []time.Time {
 	return t.fireTimes(after, time.Time{}, n, cal)
 }
 
+// ScheduledAtOrAfter returns the first time at or after x that the trigger's schedule selects,
+// from its Definition alone (its start, end and repeat count included; its state and calendars
+// not): what a time someone expected a fire at is compared with. Zero when there is none.
+func (t *Trigger) ScheduledAtOrAfter(x time.Time) time.Time {
+	c, err := t.compile()
+	if err != nil {
+		return time.Time{}
+	}
+	return t.fireTimeAfter(c, x.Add(-time.Millisecond))
+}
+
 // FireTimesBetween returns up to n fire times in (from, to], like FireTimes.
 func (t *Trigger) FireTimesBetween(from, to time.Time, n int, cal Calendar) []time.Time {
 	if !to.After(from) {

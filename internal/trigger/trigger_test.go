@@ -339,3 +339,38 @@ func TestUpdateWithNewCalendar(t *testing.T) {
 		})
 	}
 }
+
+// ScheduledAtOrAfter answers from the schedule alone, for times before the trigger's state:
+// a fire time is itself, another time gives the next one, and nothing before start or past the
+// repeat count is a fire time.
+func TestScheduledAtOrAfter(t *testing.T) {
+	start := mustParse(t, "2026-03-01T10:00:00.250Z")
+	now := mustParse(t, "2026-03-05T00:00:00Z")
+	cron, err := New(Definition{Cron: &CronSchedule{Expression: "0 0 * * * ?"}, StartAt: &start}, now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	simple, err := New(Definition{Simple: &SimpleSchedule{Interval: "90m", RepeatCount: 2}, StartAt: &start}, now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		tr   *Trigger
+		at   string
+		want string // "" for none
+	}{
+		{"cron on the hour", cron, "2026-03-02T07:00:00Z", "2026-03-02T07:00:00Z"},
+		{"cron between hours", cron, "2026-03-02T07:30:00Z", "2026-03-02T08:00:00Z"},
+		{"cron before start (its start truncated to the second, as Quartz does)", cron, "2026-02-01T00:00:00Z", "2026-03-01T10:00:00Z"},
+		{"simple at start", simple, "2026-03-01T10:00:00.25Z", "2026-03-01T10:00:00.25Z"},
+		{"simple on its grid", simple, "2026-03-01T11:30:00.25Z", "2026-03-01T11:30:00.25Z"},
+		{"simple off its grid", simple, "2026-03-01T11:00:00Z", "2026-03-01T11:30:00.25Z"},
+		{"simple past its repeat count", simple, "2026-03-01T13:00:01Z", ""},
+	} {
+		got := c.tr.ScheduledAtOrAfter(mustParse(t, c.at))
+		if (c.want == "" && !got.IsZero()) || (c.want != "" && !got.Equal(mustParse(t, c.want))) {
+			t.Errorf("%s: ScheduledAtOrAfter(%s) = %v, want %q", c.name, c.at, got, c.want)
+		}
+	}
+}

@@ -228,6 +228,16 @@ func TestUIInABrowser(t *testing.T) {
 	}
 	b.screenshot(t, "trigger-next-fires")
 
+	// Why did it not fire on the holiday? Its calendar.
+	b.run(t, "explaining the holiday", chromedp.Navigate(cl.url+"#/trigger/ui/noon?at="+holiday+"T12:00:00Z"),
+		chromedp.WaitVisible(`#explain-reasons li[data-code="calendar_excluded"]`, chromedp.ByQuery))
+	var reason string
+	b.run(t, "reading the reason", chromedp.Text(`#explain-reasons li[data-code="calendar_excluded"]`, &reason, chromedp.ByQuery))
+	if !strings.Contains(reason, "holidays") {
+		t.Errorf("the calendar reason %q does not name the calendar", reason)
+	}
+	b.screenshot(t, "explain-calendar")
+
 	// A completed firing in the history, linked to its trace.
 	traceID := strings.Split(completed.TraceParent, "-")
 	if len(traceID) != 4 {
@@ -246,13 +256,19 @@ func TestUIInABrowser(t *testing.T) {
 	}
 	b.screenshot(t, "history-trace-link")
 
+	// Blocked: by the running execution of its non-concurrent job.
+	b.run(t, "ui.nap-hourly's page", chromedp.Navigate(cl.url+"#/trigger/ui/nap-hourly"),
+		chromedp.WaitVisible(`#explain-reasons li[data-code="blocked"]`, chromedp.ByQuery))
+	b.screenshot(t, "explain-blocked")
+
 	// The pause button pauses (with the token), and the reason says so.
 	b.run(t, "giving the token", chromedp.Navigate(cl.url+"#/trigger/ui/hourly"),
 		chromedp.WaitVisible(`#pause`, chromedp.ByQuery),
 		chromedp.SendKeys(`#token`, testToken, chromedp.ByQuery),
 		chromedp.Blur(`#token`, chromedp.ByQuery))
 	b.run(t, "pausing", chromedp.Click(`#pause`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#state .badge.PAUSED`, chromedp.ByQuery))
+		chromedp.WaitVisible(`#state .badge.PAUSED`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#explain-reasons li[data-code="paused"]`, chromedp.ByQuery))
 	tr, err := c.GetTrigger(ctx, client.Key{Group: "ui", Name: "hourly"})
 	if err != nil || tr.State != "PAUSED" {
 		t.Fatalf("after the pause button: %v, %v; want PAUSED", tr.State, err)
@@ -260,7 +276,9 @@ func TestUIInABrowser(t *testing.T) {
 	b.screenshot(t, "explain-paused")
 
 	b.run(t, "the cluster page", chromedp.Navigate(cl.url+"#/cluster"),
-		chromedp.WaitVisible(`#instances tbody tr td`, chromedp.ByQuery))
+		chromedp.WaitVisible(`#instances tbody tr td`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#workers tr[data-job-type="noop"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#workers tr[data-job-type="sleep"]`, chromedp.ByQuery))
 	b.screenshot(t, "cluster")
 	b.noErrors(t, "the tour")
 }

@@ -61,9 +61,7 @@ type Config struct {
 	// TraceURL links a firing to its trace: "{traceId}" is replaced by the trace's id, e.g.
 	// http://localhost:16686/trace/{traceId} for Jaeger. Empty: no links.
 	TraceURL string
-	// Workers lists the namespace's workers (client.Workers); nil: the UI says it cannot.
-	Workers func(ctx context.Context) (any, error)
-	Logger  *slog.Logger
+	Logger   *slog.Logger
 }
 
 // UI serves the pages and their JSON endpoints.
@@ -86,7 +84,6 @@ func New(cfg Config) *UI {
 	u.mux.HandleFunc("GET "+Prefix+"api/config", u.config)
 	u.mux.HandleFunc("POST "+Prefix+"api/query/{name}", u.query)
 	u.mux.HandleFunc("POST "+Prefix+"api/command/{name}", u.command)
-	u.mux.HandleFunc("GET "+Prefix+"api/workers", u.workers)
 	return u
 }
 
@@ -222,21 +219,6 @@ func (u *UI) call(w http.ResponseWriter, r *http.Request, name string, body []by
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(reply)
-}
-
-func (u *UI) workers(w http.ResponseWriter, r *http.Request) {
-	if u.cfg.Workers == nil {
-		u.fail(w, http.StatusNotImplemented, &apierr.Error{Code: apierr.CodeUnavailable, Message: "this scheduler cannot list workers"})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
-	defer cancel()
-	list, err := u.cfg.Workers(ctx)
-	if err != nil {
-		u.fail(w, http.StatusServiceUnavailable, &apierr.Error{Code: apierr.CodeUnavailable, Message: "listing the workers: " + err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "result": map[string]any{"workers": list}})
 }
 
 // body reads a request body of at most maxBody bytes; an empty one is {}.

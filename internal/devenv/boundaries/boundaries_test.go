@@ -44,7 +44,7 @@ var leaves = []string{
 var (
 	cmdCommon  = []string{"/internal/cli", "/internal/natsconn", "/internal/telemetry", "/internal/events"}
 	cmdAllowed = map[string][]string{
-		module + "/cmd/scheduler":  {"/internal/node", "/internal/store", "/internal/replay", "/internal/devenv/devcluster", "/internal/natsperm"},
+		module + "/cmd/scheduler":  {"/internal/node", "/internal/store", "/internal/replay", "/internal/devenv/devcluster", "/internal/natsperm", "/internal/webui", "/internal/httpserve"},
 		module + "/cmd/worker":     {"/internal/worker", "github.com/nats-io/nats.go/jetstream"},
 		module + "/cmd/agatectl":   {"/internal/trigger", "/client"},
 		module + "/cmd/agatebench": {"/internal/bench", "/internal/node"},
@@ -114,6 +114,8 @@ func violations(pkgs []pkg) []string {
 	devenv := module + "/internal/devenv"
 	testenv := devenv + "/testenv"
 	testnode := devenv + "/testnode"
+	// What talks to a cluster from outside tests against a node run by testnode.
+	testnodeUsers := []string{module + "/client", module + "/internal/webui"}
 	for _, p := range pkgs {
 		from := p.ImportPath
 		tests := append(append([]string{}, p.TestImports...), p.XTestImports...)
@@ -134,10 +136,10 @@ func violations(pkgs []pkg) []string {
 			switch {
 			case isStep && slices.Contains(steps, to) && to != from:
 				add(from, to, "a lifecycle step's tests must not import another step")
-			case under(to, devenv) && to != testenv && !(to == testnode && from == module+"/client") &&
+			case under(to, devenv) && to != testenv && !(to == testnode && slices.Contains(testnodeUsers, from)) &&
 				!under(from, devenv) && !underAny(from, devenvUsers):
 				add(from, to, "test files outside internal/devenv, internal/bench, internal/chaos and cmd may import only internal/devenv/testenv "+
-					"(and the client's, testnode) from internal/devenv")
+					"(and the client's and the web UI's, testnode) from internal/devenv")
 			}
 		}
 		if under(from, module+"/cmd") {

@@ -30,6 +30,10 @@ function fill(id, ...children) {
   if (target) target.replaceChildren(...children.flat());
 }
 
+function ago(t) {
+  const s = Math.max(0, (Date.now() - new Date(t).getTime()) / 1000);
+  return s < 60 ? s.toFixed(1) + " s" : s < 3600 ? Math.round(s / 60) + " min" : Math.round(s / 3600) + " h";
+}
 function keyOf(k) { return k ? k.group + "." + k.name : ""; }
 function badge(text) { return el("span", { class: "badge " + text }, text); }
 function time(t) { return t ? new Date(t).toISOString().replace(".000Z", "Z") : "—"; }
@@ -260,9 +264,13 @@ function triggerView(root, group, name, params) {
       const h = await query("history", { trigger: key, limit: 50 });
       fill("history-box", historyTable(h.events));
     });
-    // The present is followed live; a time typed in stays explained as asked.
-    if (!at.value.trim()) await section("explanation", explain);
+    // The present is followed live; a time asked for is explained once, and stays as asked.
+    if (!at.value.trim() || !explained) {
+      explained = true;
+      await section("explanation", explain);
+    }
   }
+  let explained = false;
   return { refresh };
 }
 
@@ -311,23 +319,19 @@ function executingTable(list) {
 function clusterView(root) {
   root.append(el("h1", {}, "Cluster"),
     el("h2", {}, "Scheduler nodes"), el("div", { id: "instances" }),
-    el("h2", {}, "Workers"), el("div", { id: "workers" }),
+    el("h2", {}, "Workers, by job type"), el("p", { class: "muted small" }, "As JetStream sees them: workers of a type share one consumer."),
+    el("div", { id: "workers" }),
     el("h2", {}, "Executing"), el("div", { id: "executing" }));
   async function refresh() {
     const r = await query("instances", {});
     fill("instances", table(["instance", "last check-in", "check-in age", "interval", "epoch"], r.instances.map((i) =>
       el("tr", {}, el("td", {}, i.instanceId), el("td", {}, time(i.lastCheckin)), el("td", {}, i.sinceCheckin),
         el("td", {}, i.checkinInterval), el("td", {}, String(i.epoch))))));
-    const res = await fetch("api/workers");
-    const w = await res.json().catch(() => ({ ok: false, error: { message: res.statusText } }));
-    if (!w.ok) {
-      fill("workers", el("p", { class: "muted" }, errorText(w.error)));
-    } else {
-      fill("workers", table(["worker", "job types", "in flight", "runs", "failures", "up since", "last job", "check-in age"],
-        (w.result.workers || []).map((x) => el("tr", {}, el("td", {}, x.instance), el("td", {}, (x.jobTypes || []).join(", ")),
-          el("td", {}, String(x.inFlight ?? "")), el("td", {}, String(x.runs ?? "")), el("td", {}, String(x.failures ?? "")),
-          el("td", {}, time(x.started)), el("td", {}, time(x.lastJobFinished)), el("td", {}, x.checkinAge || "")))));
-    }
+    const w = await query("workers", {});
+    fill("workers", table(["job type", "workers asking now", "runs in flight", "fires waiting", "last fire taken", "age"],
+      w.workers.map((x) => el("tr", { "data-job-type": x.jobType }, el("td", {}, x.jobType), el("td", {}, String(x.waiting)),
+        el("td", {}, String(x.inFlight)), el("td", {}, String(x.pending)), el("td", {}, time(x.lastDelivered)),
+        el("td", {}, x.lastDelivered ? ago(x.lastDelivered) : "—")))));
     const x = await query("executing", {});
     fill("executing", executingTable(x.executions));
   }
