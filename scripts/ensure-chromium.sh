@@ -13,16 +13,8 @@ for name in chromium chromium-browser google-chrome; do
 	fi
 done
 
-as_root() {
-	if [[ $(id -u) -eq 0 ]]; then
-		"$@"
-	elif command -v sudo >/dev/null 2>&1; then
-		sudo "$@"
-	else
-		echo "ensure-chromium: need root to run: $* (install sudo or run as root)" >&2
-		exit 1
-	fi
-}
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "${BASH_SOURCE[0]}")/as-root.sh"
 
 if ! command -v apt-get >/dev/null 2>&1; then
 	echo "ensure-chromium: no Chromium found and no apt-get; install Chromium, or set AGATE_CHROMIUM to a Chrome or Chromium binary" >&2

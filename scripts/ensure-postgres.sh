@@ -29,16 +29,8 @@ find_bindir() {
 	return 1
 }
 
-as_root() {
-	if [[ $(id -u) -eq 0 ]]; then
-		"$@"
-	elif command -v sudo >/dev/null 2>&1; then
-		sudo "$@"
-	else
-		echo "ensure-postgres: need root to run: $* (install sudo or run as root)" >&2
-		exit 1
-	fi
-}
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "${BASH_SOURCE[0]}")/as-root.sh"
 
 if ! bindir=$(find_bindir); then
 	if ! command -v apt-get >/dev/null 2>&1; then
