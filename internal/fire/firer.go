@@ -483,6 +483,7 @@ func (f *Firer) jobFired(ctx context.Context, fires []firing, now, began time.Ti
 				attribute.String("agate.job.type", r.jobType),
 				attribute.String("agate.trigger", c.Trigger().String()),
 				attribute.Int("agate.fire.batch_size", batch),
+				attribute.Float64("agate.lock.wait_ms", float64(lockWait(ctx).Microseconds())/1000),
 				attribute.Bool("agate.fire.ahead", c.Ahead))
 			spans = append(spans, span)
 		}
@@ -490,6 +491,21 @@ func (f *Firer) jobFired(ctx context.Context, fires []firing, now, began time.Ti
 		evs = append(evs, ev)
 	}
 	return evs, spans, nil
+}
+
+type lockWaitKey struct{}
+
+// withLockWait notes in ctx how long the fire transaction waited for its lock partition, for
+// the fire spans' agate.lock.wait_ms.
+func withLockWait(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, lockWaitKey{}, d)
+}
+
+// lockWait is what withLockWait noted; 0 for a transaction that took a free partition without
+// waiting (the acquire pass's, with SKIP LOCKED).
+func lockWait(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(lockWaitKey{}).(time.Duration)
+	return d
 }
 
 // mergeData merges job data with trigger data, trigger wins (the contract's JobFired.data).

@@ -184,14 +184,14 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 		g.Go(func() error {
 			fired, groupNext := 0, time.Time{}
 			err := q.outbox.InTx(ctx, func(tx *outbox.Tx) error {
-				if err := q.cfg.Locks.Partition(ctx, tx, p); err != nil {
+				waited, err := q.cfg.Locks.PartitionWaited(ctx, tx, p)
+				if err != nil {
 					return err
 				}
 				if err := store.CheckMember(ctx, tx, q.cfg.Namespace, q.cfg.InstanceID, q.cfg.Member); err != nil {
 					return err
 				}
-				var err error
-				fired, groupNext, err = q.firer.FireNext(ctx, tx, group)
+				fired, groupNext, err = q.firer.FireNext(withLockWait(ctx, waited), tx, group)
 				return err
 			})
 			switch {

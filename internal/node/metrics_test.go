@@ -77,6 +77,10 @@ func TestMetrics(t *testing.T) {
 	if count, sum := m.Histogram(t, "agate.scheduler.fire.lateness", nil); count != 4 || sum < 0 || sum > 4*10 {
 		t.Errorf("fire lateness: %d values summing to %.3f s, want 4 of a few seconds at most", count, sum)
 	}
+	// Every fire transaction of the queue and every completion takes its partition waiting.
+	if count, sum := m.Histogram(t, "agate.scheduler.lock.wait", nil); count == 0 || sum < 0 || sum > 30 {
+		t.Errorf("lock waits: %d summing to %.3f s, want some, of a few seconds at most", count, sum)
+	}
 	if count, sum := m.Histogram(t, "agate.scheduler.acquire.batch.size", nil); count == 0 || sum != 4 {
 		t.Errorf("acquire batches: %d summing to %v triggers, want the 4 triggers claimed", count, sum)
 	}

@@ -164,6 +164,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	}
 	ns := cfg.Namespace
 	locks := cfg.locks()
+	locks.Wait = lockWaitHistogram(cfg.MeterProvider)
 	if err := cfg.Health.attach(pool, nc, ns); err != nil {
 		return err
 	}

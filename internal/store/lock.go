@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agatesched/agate/internal/events"
 )
@@ -36,6 +38,9 @@ const PartitionsAtOnce = 4
 type Locks struct {
 	Namespace  string
 	Partitions int
+	// Wait, when set, records how long each lock partition taken with Partition was waited for
+	// (the node's agate.scheduler.lock.wait).
+	Wait metric.Float64Histogram
 }
 
 // Count is the number of lock partitions (1 in global mode).
@@ -132,7 +137,22 @@ func (l Locks) Agree(ctx context.Context, pool *pgxpool.Pool, instanceID string)
 
 // Partition takes lock partition p, waiting for it.
 func (l Locks) Partition(ctx context.Context, tx pgx.Tx, p int) error {
-	return WithLock(ctx, tx, l.Namespace, l.name(p))
+	_, err := l.PartitionWaited(ctx, tx, p)
+	return err
+}
+
+// PartitionWaited is Partition, and says how long it waited: the time a transaction queued
+// behind the others of the partition (recorded in Wait too).
+func (l Locks) PartitionWaited(ctx context.Context, tx pgx.Tx, p int) (time.Duration, error) {
+	start := time.Now()
+	if err := WithLock(ctx, tx, l.Namespace, l.name(p)); err != nil {
+		return 0, err
+	}
+	waited := time.Since(start)
+	if l.Wait != nil {
+		l.Wait.Record(ctx, waited.Seconds())
+	}
+	return waited, nil
 }
 
 // TryPartition takes lock partition p if no other transaction holds it. In global mode it waits
