@@ -117,13 +117,28 @@ type WorkerType struct {
 	LastDelivered *time.Time `json:"lastDelivered,omitempty"`
 }
 
-// Workers returns the workers of each job type, as JetStream sees them.
-func (c *Client) Workers(ctx context.Context) ([]WorkerType, error) {
+// Worker is a worker process as the schedulers heard it announce itself.
+type Worker struct {
+	Instance    string    `json:"instance"`
+	JobTypes    []string  `json:"jobTypes"`
+	Concurrency int       `json:"concurrency"`
+	InFlight    int       `json:"inFlight"`
+	Started     time.Time `json:"started"`
+	Interval    string    `json:"interval"`
+	// LastSeen and SinceSeen: when the answering scheduler last heard from it, and how long ago.
+	LastSeen  time.Time `json:"lastSeen"`
+	SinceSeen string    `json:"sinceSeen"`
+}
+
+// Workers returns the worker processes heard from lately, and the workers of each job type as
+// JetStream sees them.
+func (c *Client) Workers(ctx context.Context) ([]Worker, []WorkerType, error) {
 	var res struct {
-		Workers []WorkerType `json:"workers"`
+		Workers  []Worker     `json:"workers"`
+		JobTypes []WorkerType `json:"jobTypes"`
 	}
 	err := c.Query(ctx, "workers", map[string]any{}, &res)
-	return res.Workers, err
+	return res.Workers, res.JobTypes, err
 }
 
 // GetJob returns a job with its triggers.

@@ -109,7 +109,7 @@ func TestAgatectlAgainstACluster(t *testing.T) {
 	}
 	a.must(0, []string{"history", "trigger", "reports.nightly"}, "trigger.resumed", "trigger.paused", "trigger.scheduled")
 	a.must(0, []string{"instances"}, "n1")
-	a.must(0, []string{"workers"}, "JOB TYPE", "LAST DELIVERED")
+	a.must(0, []string{"workers"}, "WORKER", "SEEN AGO", "JOB TYPE", "LAST DELIVERED")
 	a.must(1, []string{"get", "trigger", "reports.gone"}, "not_found")
 	a.must(0, []string{"delete", "job", "ops.ping"}, "deleted job ops.ping")
 }

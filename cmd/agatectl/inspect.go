@@ -379,12 +379,12 @@ func newInstancesCmd(o *clusterOpts) *cobra.Command {
 func newWorkersCmd(o *clusterOpts) *cobra.Command {
 	return &cobra.Command{
 		Use:   "workers",
-		Short: "Show the workers of each job type, as JetStream sees them",
-		Long: `Show, for each job type some worker ever ran, what JetStream knows of its workers (the
-workers query): pull requests waiting (workers asking for fires now), runs in flight, fires
-waiting in the stream, and when a worker last received one. Workers of a type share one
-consumer, so they are counted together. WAITING 0 with fires PENDING and none IN FLIGHT means
-no worker takes that type.
+		Short: "Show the worker processes and the workers of each job type",
+		Long: `Show the worker processes the schedulers heard from lately, with their job types, runs in
+flight and check-in age (each worker announces itself every 5 s), then what JetStream knows of
+each job type's workers (the workers query): pull requests waiting (workers asking for fires
+now), runs in flight, fires waiting in the stream, and when a worker last received one. WAITING
+0 with fires PENDING and none IN FLIGHT means no worker takes that type.
 
   agatectl workers
   agatectl workers -o json`,
@@ -395,22 +395,32 @@ no worker takes that type.
 				return err
 			}
 			defer done()
-			types, err := c.Workers(ctx)
+			workers, types, err := c.Workers(ctx)
 			if err != nil {
 				return err
 			}
+			w := cmd.OutOrStdout()
 			if o.output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"workers": types})
+				return printJSON(w, map[string]any{"workers": workers, "jobTypes": types})
 			}
-			rows := make([][]string, 0, len(types))
-			for _, w := range types {
+			rows := make([][]string, 0, len(workers))
+			for _, p := range workers {
+				rows = append(rows, []string{p.Instance, strings.Join(p.JobTypes, ","), fmt.Sprintf("%d/%d", p.InFlight, p.Concurrency),
+					p.Started.UTC().Format(time.RFC3339), p.SinceSeen})
+			}
+			if err := table(w, "WORKER\tJOB TYPES\tIN FLIGHT\tSTARTED\tSEEN AGO", rows); err != nil {
+				return err
+			}
+			fmt.Fprintln(w)
+			rows = rows[:0]
+			for _, t := range types {
 				last := "never"
-				if w.LastDelivered != nil {
-					last = w.LastDelivered.UTC().Format(time.RFC3339)
+				if t.LastDelivered != nil {
+					last = t.LastDelivered.UTC().Format(time.RFC3339)
 				}
-				rows = append(rows, []string{w.JobType, fmt.Sprint(w.Waiting), fmt.Sprint(w.InFlight), fmt.Sprint(w.Pending), last})
+				rows = append(rows, []string{t.JobType, fmt.Sprint(t.Waiting), fmt.Sprint(t.InFlight), fmt.Sprint(t.Pending), last})
 			}
-			return table(cmd.OutOrStdout(), "JOB TYPE\tWAITING\tIN FLIGHT\tPENDING\tLAST DELIVERED", rows)
+			return table(w, "JOB TYPE\tWAITING\tIN FLIGHT\tPENDING\tLAST DELIVERED", rows)
 		},
 	}
 }

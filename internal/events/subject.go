@@ -38,6 +38,10 @@ func (s Subjects) Done(jobType string) string { return "agate." + string(s) + ".
 // Evt is agate.<ns>.evt.<kind>.
 func (s Subjects) Evt(kind string) string { return "agate." + string(s) + ".evt." + kind }
 
+// WorkerPresence is agate.<ns>.presence.worker, where each worker announces itself (core NATS,
+// no stream: presence is now, not history).
+func (s Subjects) WorkerPresence() string { return "agate." + string(s) + ".presence.worker" }
+
 // All is the wildcard of one of the families above, e.g. All("fired") = agate.<ns>.fired.>.
 func (s Subjects) All(family string) string { return "agate." + string(s) + "." + family + ".>" }
 

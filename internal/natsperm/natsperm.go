@@ -61,14 +61,16 @@ func For(ns string, role Role) (Permissions, error) {
 	case Scheduler:
 		// Publishes JobFired and the other events, and the final JobFailed of an execution it
 		// abandons; creates and updates the four streams at start; consumes COMMANDS and DONE
-		// through its two shared durables; reads the state of the workers' durables (to tell a
-		// queued fire from an abandoned one); answers api requests, and the discovery requests
+		// through its two shared durables; reads and lists the state of the workers' durables (to
+		// tell a queued fire from an abandoned one, for the workers query and the backlog gauge);
+		// hears the workers announce themselves; answers api requests, and the discovery requests
 		// of its NATS service: micro subscribes to every $SRV verb bare (all services answer
 		// those, so they cannot be held to a namespace), for the service and for its instance.
 		p := Permissions{
 			Publish: []string{s.All("fired"), s.All("evt"), s.All("done"),
-				"$JS.API.CONSUMER.INFO." + events.StreamFired(ns) + ".*"},
-			Subscribe:      []string{"_INBOX.>", s.API("*")},
+				"$JS.API.CONSUMER.INFO." + events.StreamFired(ns) + ".*",
+				"$JS.API.CONSUMER.LIST." + events.StreamFired(ns)},
+			Subscribe:      []string{"_INBOX.>", s.API("*"), s.WorkerPresence()},
 			AllowResponses: true,
 		}
 		for _, verb := range ServiceVerbs {
@@ -84,13 +86,14 @@ func For(ns string, role Role) (Permissions, error) {
 		p.Publish = append(p.Publish, durable(events.StreamDone(ns), schedulerDoneDurable)...)
 		return p, nil
 	case Worker:
-		// Publishes outcomes; looks the FIRED and DONE streams up (a scheduler creates them);
+		// Publishes outcomes and announces itself; looks the FIRED and DONE streams up (a scheduler creates them);
 		// creates and updates its durables on FIRED, each filtered on one job type's subject;
 		// pulls and settles fires; reads a dead-lettered fire back by sequence.
 		fired := events.StreamFired(ns)
 		return Permissions{
 			Publish: []string{
 				s.All("done"),
+				s.WorkerPresence(),
 				"$JS.API.STREAM.INFO." + fired,
 				"$JS.API.STREAM.INFO." + events.StreamDone(ns),
 				"$JS.API.STREAM.MSG.GET." + fired,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agatesched/agate/internal/node"
+	"github.com/agatesched/agate/internal/pending"
 	"github.com/agatesched/agate/internal/query"
 	"github.com/agatesched/agate/internal/worker"
 )
@@ -150,4 +151,40 @@ func TestExplain(t *testing.T) {
 	if r := e.ask(t, "explain", map[string]any{"trigger": map[string]string{"group": "g", "name": "never"}}); r.OK || r.Error.Code != "not_found" {
 		t.Errorf("explain of a trigger that never was: %+v", r)
 	}
+}
+
+// The workers query lists the worker processes that announced themselves, with their job types
+// and check-in age, and drops one killed without a word within three of its intervals; and each
+// job type's consumer, as JetStream sees it.
+func TestWorkersQuery(t *testing.T) {
+	e := newEnv(t)
+	e.startNode("n1", func(c *node.Config) { c.JobTypes = append(node.BuiltinJobTypes(), "boom") })
+	fast := func(c *worker.Config) { c.PresenceInterval = 100 * time.Millisecond }
+	e.startWorker("w1", fast, nil)
+	stop := e.startWorker("w2", fast, map[string]worker.HandlerFunc{"boom": func(context.Context, worker.Job) error { return nil }})
+	ask := func() query.Workers {
+		r := e.ask(t, "workers", map[string]any{})
+		var w query.Workers
+		if err := json.Unmarshal(r.Result, &w); err != nil || !r.OK {
+			t.Fatalf("workers: %+v, %v", r, err)
+		}
+		return w
+	}
+	instances := func(w query.Workers) (ids []string) {
+		for _, p := range w.Workers {
+			ids = append(ids, p.Instance)
+		}
+		return ids
+	}
+	e.waitFor(10*time.Second, "both workers announce themselves", func() bool { return len(ask().Workers) == 2 })
+	w := ask()
+	if got := instances(w); !slices.Equal(got, []string{"w1", "w2"}) || !slices.Contains(w.Workers[1].JobTypes, "boom") ||
+		slices.Contains(w.Workers[0].JobTypes, "boom") {
+		t.Fatalf("workers %+v, want w1 (built-in types) and w2 (with boom)", w.Workers)
+	}
+	if !slices.ContainsFunc(w.JobTypes, func(c pending.WorkerConsumer) bool { return c.JobType == "boom" }) {
+		t.Errorf("job types %+v, want boom's consumer", w.JobTypes)
+	}
+	stop()
+	e.waitFor(10*time.Second, "w2 leaves the list once it went silent", func() bool { return slices.Equal(instances(ask()), []string{"w1"}) })
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/agatesched/agate/internal/fire"
 	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/pending"
+	"github.com/agatesched/agate/internal/presence"
 	"github.com/agatesched/agate/internal/query"
 	"github.com/agatesched/agate/internal/recovery"
 	"github.com/agatesched/agate/internal/retention"
@@ -226,7 +227,12 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	if err != nil {
 		return err
 	}
-	queries, err := query.New(query.Config{Namespace: ns, Logger: log, JetStream: js}, pool)
+	roster, err := presence.Watch(nc, ns)
+	if err != nil {
+		return fmt.Errorf("listening for the workers' announcements: %w", err)
+	}
+	defer roster.Stop()
+	queries, err := query.New(query.Config{Namespace: ns, Logger: log, JetStream: js, Roster: roster}, pool)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/agatesched/agate/internal/apierr"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/pending"
+	"github.com/agatesched/agate/internal/presence"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/trigger"
 )
@@ -640,13 +641,18 @@ func (x *explainer) releasedAfter(t time.Time) {
 
 type workers struct{}
 
-// Workers is workers' result: what JetStream knows of the workers of each job type.
+// Workers is workers' result: the worker processes heard from lately, and what JetStream knows
+// of the workers of each job type.
 type Workers struct {
-	Workers []pending.WorkerConsumer `json:"workers"`
+	Workers  []presence.Seen          `json:"workers"`
+	JobTypes []pending.WorkerConsumer `json:"jobTypes"`
 }
 
 func (h *Handler) workers(ctx context.Context, _ *workers) (any, error) {
-	out := Workers{Workers: []pending.WorkerConsumer{}}
+	out := Workers{Workers: []presence.Seen{}, JobTypes: []pending.WorkerConsumer{}}
+	if h.cfg.Roster != nil {
+		out.Workers = append(out.Workers, h.cfg.Roster.Workers()...)
+	}
 	if h.cfg.JetStream == nil {
 		return out, nil
 	}
@@ -654,7 +660,7 @@ func (h *Handler) workers(ctx context.Context, _ *workers) (any, error) {
 	if err != nil {
 		return nil, &apierr.Error{Code: apierr.CodeUnavailable, Message: err.Error()}
 	}
-	out.Workers = append(out.Workers, list...)
+	out.JobTypes = append(out.JobTypes, list...)
 	return out, nil
 }
 

@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/apierr"
+	"github.com/agatesched/agate/internal/presence"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/telemetry"
 	"github.com/agatesched/agate/schemas"
@@ -63,6 +64,9 @@ type Config struct {
 	// JetStream, when set, is read for what it knows of the workers: the workers query, and
 	// explain's no_worker.
 	JetStream jetstream.JetStream
+	// Roster, when set, says which worker processes announced themselves lately (the workers
+	// query).
+	Roster *presence.Roster
 }
 
 // Handler answers queries.

@@ -277,8 +277,9 @@ func TestUIInABrowser(t *testing.T) {
 
 	b.run(t, "the cluster page", chromedp.Navigate(cl.url+"#/cluster"),
 		chromedp.WaitVisible(`#instances tbody tr td`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#workers tr[data-job-type="noop"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#workers tr[data-job-type="sleep"]`, chromedp.ByQuery))
+		chromedp.WaitVisible(`#workers tr[data-worker="w1"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#job-types tr[data-job-type="noop"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#job-types tr[data-job-type="sleep"]`, chromedp.ByQuery))
 	b.screenshot(t, "cluster")
 	b.noErrors(t, "the tour")
 }

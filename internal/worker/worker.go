@@ -17,6 +17,7 @@ import (
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/pending"
+	"github.com/agatesched/agate/internal/presence"
 	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/telemetry"
 )
@@ -54,6 +55,9 @@ type Config struct {
 	// MeterProvider records the worker's metrics. Default: the global provider, a no-op unless
 	// the binary installed one.
 	MeterProvider metric.MeterProvider
+	// PresenceInterval is how often the worker announces itself to the schedulers
+	// (internal/presence), for their workers query and web UI. Default 5s.
+	PresenceInterval time.Duration
 }
 
 // fetchWait is how long one pull request waits for messages. It bounds how long a worker keeps
@@ -140,6 +144,7 @@ func New(cfg Config, js jetstream.JetStream, reg *Registry) (*Worker, error) {
 	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, time.Second)
 	cfg.MaxRetryDelay = max(cmp.Or(cfg.MaxRetryDelay, time.Minute), cfg.RetryDelay)
 	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, 30*time.Second)
+	cfg.PresenceInterval = cmp.Or(cfg.PresenceInterval, presence.IntervalDefault)
 	if cfg.AckWait < 300*time.Millisecond {
 		return nil, fmt.Errorf("worker config: AckWait %s is too short to heartbeat (every AckWait/3); use at least 300ms", cfg.AckWait)
 	}
@@ -176,6 +181,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer unregister()
+	// Announced while it serves; the last announcement says it stops.
+	started := time.Now().UTC()
+	announceCtx, stopAnnouncing := context.WithCancel(ctx)
+	announced := make(chan struct{})
+	go func() {
+		defer close(announced)
+		presence.Announce(announceCtx, w.js.Conn(), w.cfg.Namespace, w.cfg.PresenceInterval, w.log, func() presence.Worker {
+			return presence.Worker{Instance: w.cfg.InstanceID, JobTypes: w.reg.Types(), Concurrency: w.cfg.Concurrency,
+				InFlight: len(w.slots), Started: started}
+		})
+	}()
+	defer func() { stopAnnouncing(); <-announced }()
 	err = w.serve(ctx)
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil // cancelled while setting up: a normal stop

@@ -319,8 +319,9 @@ function executingTable(list) {
 function clusterView(root) {
   root.append(el("h1", {}, "Cluster"),
     el("h2", {}, "Scheduler nodes"), el("div", { id: "instances" }),
-    el("h2", {}, "Workers, by job type"), el("p", { class: "muted small" }, "As JetStream sees them: workers of a type share one consumer."),
-    el("div", { id: "workers" }),
+    el("h2", {}, "Workers"), el("div", { id: "workers" }),
+    el("h2", {}, "Job types"), el("p", { class: "muted small" }, "As JetStream sees them: the workers of a type share one consumer."),
+    el("div", { id: "job-types" }),
     el("h2", {}, "Executing"), el("div", { id: "executing" }));
   async function refresh() {
     const r = await query("instances", {});
@@ -328,8 +329,11 @@ function clusterView(root) {
       el("tr", {}, el("td", {}, i.instanceId), el("td", {}, time(i.lastCheckin)), el("td", {}, i.sinceCheckin),
         el("td", {}, i.checkinInterval), el("td", {}, String(i.epoch))))));
     const w = await query("workers", {});
-    fill("workers", table(["job type", "workers asking now", "runs in flight", "fires waiting", "last fire taken", "age"],
-      w.workers.map((x) => el("tr", { "data-job-type": x.jobType }, el("td", {}, x.jobType), el("td", {}, String(x.waiting)),
+    fill("workers", table(["worker", "job types", "in flight", "started", "check-in age"],
+      w.workers.map((x) => el("tr", { "data-worker": x.instance }, el("td", {}, x.instance), el("td", {}, x.jobTypes.join(", ")),
+        el("td", {}, x.inFlight + " / " + x.concurrency), el("td", {}, time(x.started)), el("td", {}, x.sinceSeen)))));
+    fill("job-types", table(["job type", "workers asking now", "runs in flight", "fires waiting", "last fire taken", "age"],
+      w.jobTypes.map((x) => el("tr", { "data-job-type": x.jobType }, el("td", {}, x.jobType), el("td", {}, String(x.waiting)),
         el("td", {}, String(x.inFlight)), el("td", {}, String(x.pending)), el("td", {}, time(x.lastDelivered)),
         el("td", {}, x.lastDelivered ? ago(x.lastDelivered) : "—")))));
     const x = await query("executing", {});
