@@ -218,6 +218,12 @@ func TestRunServesHealthAndMetrics(t *testing.T) {
 	if v, err := strconv.ParseFloat(metricValue(body, "agate_scheduler_outbox_lag_seconds"), 64); err != nil || v < 0 || v > 60 {
 		t.Errorf("/metrics: agate_scheduler_outbox_lag_seconds = %v (%v), want a few seconds at most", v, err)
 	}
+	// The command took its lock partition waiting; the acquire pass claimed the trigger.
+	for _, name := range []string{"agate_scheduler_lock_wait_seconds_count", "agate_scheduler_acquire_batch_size_count"} {
+		if v, err := strconv.Atoi(metricValue(body, name)); err != nil || v < 1 {
+			t.Errorf("/metrics: %s = %v (%v), want at least 1", name, v, err)
+		}
+	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
 	}

@@ -108,6 +108,7 @@ func TestWorkerServesHealthAndMetrics(t *testing.T) {
 		`agate_worker_runs_total{job_type="noop",outcome="completed"} 1`,
 		`agate_worker_run_duration_seconds_count{job_type="noop",outcome="completed"} 1`,
 		`agate_worker_jobs_in_flight{job_type="noop"} 0`,
+		`agate_worker_start_lateness_seconds_count{job_type="noop"} 1`,
 	} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %s", want)
