@@ -275,6 +275,15 @@ func TestUIInABrowser(t *testing.T) {
 	}
 	b.screenshot(t, "explain-paused")
 
+	// The jobs, and a job's page: its triggers and its history.
+	b.run(t, "the jobs page", chromedp.Navigate(cl.url+"#/jobs"),
+		chromedp.WaitVisible(`#list a[href="#/job/ui/report"]`, chromedp.ByQuery))
+	b.screenshot(t, "jobs")
+	b.run(t, "ui.report's page", chromedp.Navigate(cl.url+"#/job/ui/report"),
+		chromedp.WaitVisible(`#triggers a[href="#/trigger/ui/noon"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#history tr[data-type="agate.job.added"]`, chromedp.ByQuery))
+	b.screenshot(t, "job")
+
 	b.run(t, "the cluster page", chromedp.Navigate(cl.url+"#/cluster"),
 		chromedp.WaitVisible(`#instances tbody tr td`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#workers tr[data-worker="w1"]`, chromedp.ByQuery),
