@@ -68,6 +68,9 @@ type Config struct {
 	Unknown func(ctx context.Context, name string, body []byte) (reply any, failed *apierr.Error)
 	// Local, when set, answers the endpoints in process while the service runs (the web UI).
 	Local *Local
+	// Serving, when set, is called once every endpoint is subscribed: requests are answered
+	// from then on (the node's readiness waits for it).
+	Serving func()
 }
 
 // Serve runs the service until ctx is cancelled.
@@ -158,6 +161,12 @@ func Serve(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		defer func() { _ = sub.Drain() }()
 	}
 	defer cfg.Local.serve(cfg.Endpoints)()
+	if err := nc.Flush(); err != nil { // the subscriptions reached the server
+		return fmt.Errorf("subscribing the api service: %w", err)
+	}
+	if cfg.Serving != nil {
+		cfg.Serving()
+	}
 	<-ctx.Done()
 	return nil
 }

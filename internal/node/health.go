@@ -32,6 +32,7 @@ type healthState struct {
 	stream func(context.Context) error // looks the FIRED stream up
 	member *store.Member
 	loops  context.Context // the loops' context once they run
+	api    bool            // the api service answers requests
 }
 
 type pinger interface {
@@ -81,6 +82,9 @@ func (h *Health) joining(m *store.Member) { h.set(func(s *healthState) { s.membe
 
 // started tells h the context the node's loops run under: they run until it ends.
 func (h *Health) started(ctx context.Context) { h.set(func(s *healthState) { s.loops = ctx }) }
+
+// serving tells h the api service answers requests.
+func (h *Health) serving() { h.set(func(s *healthState) { s.api = true }) }
 
 // set changes the state under the lock; a nil Health (none asked for) does nothing.
 func (h *Health) set(f func(*healthState)) {
@@ -136,6 +140,8 @@ func (h *Health) running(context.Context) error {
 	switch {
 	case s.loops == nil:
 		return fmt.Errorf("not running yet: %w", errStarting)
+	case !s.api && s.loops.Err() == nil:
+		return fmt.Errorf("the api service is not answering yet: %w", errStarting)
 	case s.loops.Err() != nil:
 		return errors.New("stopped: the node is stopping")
 	}

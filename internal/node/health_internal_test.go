@@ -59,6 +59,9 @@ func TestHealthProbes(t *testing.T) {
 	member.Set(7)
 	loops, stop := context.WithCancel(t.Context())
 	h.started(loops)
+	check(map[string]string{"database": health.OK, "jetstream": health.OK, "cluster": health.OK,
+		"loops": "the api service is not answering yet: the node is starting"})
+	h.serving()
 	check(map[string]string{"database": health.OK, "jetstream": health.OK, "cluster": health.OK, "loops": health.OK})
 
 	nc.status = nats.RECONNECTING
@@ -75,6 +78,7 @@ func TestHealthProbes(t *testing.T) {
 	var none *Health // a node run without one
 	none.joining(member)
 	none.started(loops)
+	none.serving()
 	if err := none.attach(db, nil, "x"); err != nil {
 		t.Errorf("attach on a nil Health: %v", err)
 	}

@@ -306,7 +306,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 // request on any other name is a command the scheduler does not know, answered and recorded as
 // such by the command step.
 func apiConfig(cfg Config, log *slog.Logger, commands *command.Handler, queries *query.Handler) api.Config {
-	c := api.Config{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID, Logger: log, Local: cfg.API,
+	c := api.Config{Namespace: cfg.Namespace, InstanceID: cfg.InstanceID, Logger: log, Local: cfg.API, Serving: cfg.Health.serving,
 		Unknown: func(ctx context.Context, name string, body []byte) (any, *apierr.Error) {
 			out := commands.Handle(ctx, name, body)
 			return out, out.Error
