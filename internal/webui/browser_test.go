@@ -315,7 +315,7 @@ func TestWritesNeedTheToken(t *testing.T) {
 	}{
 		{"no token", cl.url, "", 401, "unauthenticated"},
 		{"a wrong token", cl.url, "Bearer nope", 401, "unauthenticated"},
-		{"the token as a cookie would not be sent", cl.url, testToken, 401, "unauthenticated"},
+		{"the token without Bearer", cl.url, testToken, 401, "unauthenticated"},
 		{"read-only", readOnly.URL + webui.Prefix, "Bearer " + testToken, 403, "permission_denied"},
 		{"no token configured", noToken.URL + webui.Prefix, "Bearer " + testToken, 403, "permission_denied"},
 	} {
