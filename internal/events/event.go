@@ -166,7 +166,10 @@ type JobFired struct {
 	NextFireTime     *time.Time      `json:"nextFireTime,omitempty"`
 	Recovering       bool            `json:"recovering"`
 	Nonconcurrent    bool            `json:"nonconcurrent"`
-	Timeout          string          `json:"timeout,omitempty"`
+	// RequestsRecovery is the job's setting when the fire was claimed, as its fired row keeps
+	// it (the job may change between claim and fire); nil in events logged before it existed.
+	RequestsRecovery *bool  `json:"requestsRecovery,omitempty"`
+	Timeout          string `json:"timeout,omitempty"`
 	// PersistData says the job stores the data a completed run hands back (JobResult.Data).
 	PersistData bool `json:"persistData,omitempty"`
 	// TriggerState and TimesTriggered are the trigger's state and fire count after this fire

@@ -444,17 +444,18 @@ func (f *Firer) jobFired(ctx context.Context, fires []firing, now, began time.Ti
 			return nil, nil, fmt.Errorf("trigger %s: %w", c.Trigger(), err)
 		}
 		jf := events.JobFired{
-			FireID:         c.FireID,
-			Job:            events.JobRef{Group: c.JobGroup, Name: c.JobName, Type: r.jobType},
-			Trigger:        c.Trigger(),
-			Data:           data,
-			ScheduledTime:  c.SchedTime.UTC(),
-			FiredTime:      now.UTC(),
-			NextFireTime:   store.NullTime(fi.trig.NextFireTime),
-			Nonconcurrent:  c.Nonconcurrent,
-			PersistData:    r.persistData,
-			TriggerState:   fi.state,
-			TimesTriggered: fi.trig.TimesTriggered,
+			FireID:           c.FireID,
+			Job:              events.JobRef{Group: c.JobGroup, Name: c.JobName, Type: r.jobType},
+			Trigger:          c.Trigger(),
+			Data:             data,
+			ScheduledTime:    c.SchedTime.UTC(),
+			FiredTime:        now.UTC(),
+			NextFireTime:     store.NullTime(fi.trig.NextFireTime),
+			Nonconcurrent:    c.Nonconcurrent,
+			RequestsRecovery: &c.RequestsRecovery,
+			PersistData:      r.persistData,
+			TriggerState:     fi.state,
+			TimesTriggered:   fi.trig.TimesTriggered,
 		}
 		if r.prev != nil {
 			jf.PreviousFireTime = store.NullTime(*r.prev)

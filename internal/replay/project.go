@@ -527,8 +527,10 @@ func (s *State) jobFired(r Record) error {
 	t.Next, t.Prev, t.Times, t.State = d.NextFireTime, &sched, d.TimesTriggered, d.TriggerState
 	f := &Fired{ID: d.FireID, Trigger: d.Trigger, Job: d.Job.Key(), Instance: events.InstanceOf(r.Source),
 		FiredTime: d.FiredTime, SchedTime: d.ScheduledTime, Nonconcurrent: d.Nonconcurrent, Priority: t.Priority}
-	if j := s.Jobs[d.Job.Key()]; j != nil {
-		f.RequestsRecovery = j.RequestsRecovery
+	if d.RequestsRecovery != nil {
+		f.RequestsRecovery = *d.RequestsRecovery // as claimed: the job may have changed since
+	} else if j := s.Jobs[d.Job.Key()]; j != nil {
+		f.RequestsRecovery = j.RequestsRecovery // logged before JobFired said
 	}
 	s.Fired[d.FireID] = f
 	if !d.Nonconcurrent {
