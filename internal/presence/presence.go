@@ -7,6 +7,7 @@ package presence
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -44,7 +45,8 @@ func Announce(ctx context.Context, nc *nats.Conn, ns string, interval time.Durat
 		w := state()
 		w.Interval, w.Stopping = interval.String(), stopping
 		body, _ := json.Marshal(w) // strings, numbers and a time: always encodes
-		if err := nc.Publish(subject, body); err != nil {
+		// A closed connection is the process stopping: nothing to say, nobody to say it to.
+		if err := nc.Publish(subject, body); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			log.WarnContext(ctx, "announcing this worker's presence failed", slog.Any("error", err))
 		}
 	}
