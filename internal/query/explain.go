@@ -15,7 +15,6 @@ import (
 	"github.com/agatesched/agate/internal/apierr"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/pending"
-	"github.com/agatesched/agate/internal/presence"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/trigger"
 )
@@ -145,6 +144,8 @@ type explainer struct {
 	job           JobRef
 	nonconcurrent bool
 	own           []logged // the trigger's own events, newest first
+	fired         []firedRow
+	firedRead     bool // fired holds the job's fired rows, read once per explain
 }
 
 func (x *explainer) add(r Reason) { x.out.Reasons = append(x.out.Reasons, r) }
@@ -413,7 +414,12 @@ func (x *explainer) claim(f firedRow) {
 		Message: fmt.Sprintf("node %s claimed it at %s, to fire when due", f.Instance, stamp(f.Fired))})
 }
 
+// firedRows reads the job's fired rows, once per explain (the blocked reasons and the latest
+// fire's outcome both need them).
 func (x *explainer) firedRows(ctx context.Context, tx pgx.Tx) ([]firedRow, error) {
+	if x.firedRead {
+		return x.fired, nil
+	}
 	rows, _ := tx.Query(ctx, queries.Get("ExplainFiredRows"), x.h.cfg.Namespace, x.job.Group, x.job.Name)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (firedRow, error) {
 		var f firedRow
@@ -423,6 +429,7 @@ func (x *explainer) firedRows(ctx context.Context, tx pgx.Tx) ([]firedRow, error
 	if err != nil {
 		return nil, fmt.Errorf("reading the executions of job %s: %w", x.job.key(), err)
 	}
+	x.fired, x.firedRead = out, true
 	return out, nil
 }
 
@@ -637,31 +644,6 @@ func (x *explainer) releasedAfter(t time.Time) {
 			return
 		}
 	}
-}
-
-type workers struct{}
-
-// Workers is workers' result: the worker processes heard from lately, and what JetStream knows
-// of the workers of each job type.
-type Workers struct {
-	Workers  []presence.Seen          `json:"workers"`
-	JobTypes []pending.WorkerConsumer `json:"jobTypes"`
-}
-
-func (h *Handler) workers(ctx context.Context, _ *workers) (any, error) {
-	out := Workers{Workers: []presence.Seen{}, JobTypes: []pending.WorkerConsumer{}}
-	if h.cfg.Roster != nil {
-		out.Workers = append(out.Workers, h.cfg.Roster.Workers()...)
-	}
-	if h.cfg.JetStream == nil {
-		return out, nil
-	}
-	list, err := pending.WorkerConsumers(ctx, h.cfg.JetStream, h.cfg.Namespace)
-	if err != nil {
-		return nil, &apierr.Error{Code: apierr.CodeUnavailable, Message: err.Error()}
-	}
-	out.JobTypes = append(out.JobTypes, list...)
-	return out, nil
 }
 
 func (j JobRef) key() Key { return Key{Group: j.Group, Name: j.Name} }

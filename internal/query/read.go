@@ -13,6 +13,8 @@ import (
 
 	"github.com/agatesched/agate/internal/apierr"
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/pending"
+	"github.com/agatesched/agate/internal/presence"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/trigger"
 )
@@ -496,4 +498,29 @@ func (h *Handler) instances(ctx context.Context, _ *instances) (any, error) {
 		return nil, fmt.Errorf("listing instances: %w", err)
 	}
 	return Instances{Instances: list}, nil
+}
+
+type workers struct{}
+
+// Workers is workers' result: the worker processes heard from lately, and what JetStream knows
+// of the workers of each job type.
+type Workers struct {
+	Workers  []presence.Seen          `json:"workers"`
+	JobTypes []pending.WorkerConsumer `json:"jobTypes"`
+}
+
+func (h *Handler) workers(ctx context.Context, _ *workers) (any, error) {
+	out := Workers{Workers: []presence.Seen{}, JobTypes: []pending.WorkerConsumer{}}
+	if h.cfg.Roster != nil {
+		out.Workers = append(out.Workers, h.cfg.Roster.Workers()...)
+	}
+	if h.cfg.JetStream == nil {
+		return out, nil
+	}
+	list, err := pending.WorkerConsumers(ctx, h.cfg.JetStream, h.cfg.Namespace)
+	if err != nil {
+		return nil, &apierr.Error{Code: apierr.CodeUnavailable, Message: err.Error()}
+	}
+	out.JobTypes = append(out.JobTypes, list...)
+	return out, nil
 }
