@@ -225,11 +225,13 @@ func sqlText(q string) string {
 	return strings.Join(strings.Fields(b.String()), " ")
 }
 
-// cpuDelta is the CPU seconds each process group used between two readings.
+// cpuDelta is the CPU seconds each process group used between two readings, to the clock tick
+// (10 ms) that /proc counts in: a short burst's figures are tenths of a second, which rounding
+// to 0.1 s made 0.
 func cpuDelta(before, after map[string]float64) map[string]float64 {
 	out := map[string]float64{}
 	for k, v := range after {
-		out[k] = round1(max(0, v-before[k]))
+		out[k] = math.Round(max(0, v-before[k])*100) / 100
 	}
 	return out
 }
