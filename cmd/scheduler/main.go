@@ -26,6 +26,7 @@ import (
 )
 
 func main() {
+	cli.TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal, a second one gets the default behaviour: exit at once.
 	context.AfterFunc(ctx, stop)

@@ -26,6 +26,7 @@ import (
 )
 
 func main() {
+	cli.TuneGC()
 	if err := newCommand().Execute(); err != nil {
 		os.Exit(1)
 	}

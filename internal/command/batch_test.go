@@ -173,6 +173,76 @@ func TestCommandLocksOnlyItsJobsPartition(t *testing.T) {
 	}
 }
 
+// Commands that only insert new jobs take no partition: they are stored while another
+// transaction holds every partition (fires, completions). They hold the paused-groups row
+// shared instead, so a group command, which takes it exclusively, waits for them: a trigger
+// is never stored WAITING in a group being paused.
+func TestNewJobsTakeNoPartition(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	h := newHandler(t, f, nil)
+	at := time.Now().Add(time.Hour)
+	tx, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	for p := range f.Locks.Count() {
+		if err := f.Locks.Partition(t.Context(), tx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var reqs []Request
+	for i := range 3 {
+		reqs = append(reqs, Request{Command: "schedule_job", Body: scheduleBody(t, fmt.Sprint("new-", i), fmt.Sprint("new-", i), at)})
+	}
+	for i, out := range h.HandleBatch(ctx, reqs) {
+		if !out.OK {
+			t.Fatalf("new job %d while every partition is held: %+v (it waited for a partition?)", i, out.Error)
+		}
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	intake, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = intake.Rollback(context.Background()) }()
+	if _, err := f.Locks.NewJobs(t.Context(), intake); err != nil {
+		t.Fatal(err)
+	}
+	paused := make(chan Outcome, 1)
+	go func() { paused <- h.Handle(t.Context(), "pause_group", []byte(`{"id":"pause-g","group":"g"}`)) }()
+	waitLockWaiters(t, f, 1)
+	select {
+	case out := <-paused:
+		t.Fatalf("pause_group went through a transaction storing new jobs: %+v", out)
+	default:
+	}
+	if err := intake.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if out := <-paused; !out.OK {
+		t.Fatalf("pause_group after the new jobs committed: %+v", out.Error)
+	}
+	// With the group paused, a new job's trigger starts PAUSED (the general way decides it).
+	if out := h.HandleBatch(ctx, []Request{
+		{Command: "schedule_job", Body: scheduleBody(t, "late-1", "late-1", at)},
+		{Command: "schedule_job", Body: scheduleBody(t, "late-2", "late-2", at)},
+	}); !out[0].OK || !out[1].OK {
+		t.Fatalf("new jobs in a paused group: %+v", out)
+	}
+	for _, name := range []string{"new-0", "late-1", "late-2"} {
+		want := store.StatePaused
+		if got := f.State(t, events.Key{Group: "g", Name: name}); got != want {
+			t.Errorf("trigger g.%s is %s, want %s", name, got, want)
+		}
+	}
+}
+
 // waitLockWaiters waits until n sessions of the fixture's database wait for a row lock.
 func waitLockWaiters(t *testing.T, f *testenv.Fixture, n int) {
 	t.Helper()

@@ -14,25 +14,44 @@ import (
 	"github.com/agatesched/agate/internal/trigger"
 )
 
+// bulkCandidate reports whether bulkSchedule may take the command, from the command alone: a
+// schedule_job without replace or expectedVersion, of a concurrent job that does not persist its
+// data, with triggers and no calendar (whose rows another transaction may change). Such a
+// command only inserts rows, when its keys are new: the gatherer batches such commands together
+// (keyNewJobs), under Locks.NewJobs instead of their jobs' partitions.
+func bulkCandidate(it *item) (*ScheduleJob, bool) {
+	if !it.applies() {
+		return nil, false
+	}
+	c, ok := it.cmdv.value.(*ScheduleJob)
+	if !ok || c.Replace || c.Job.Nonconcurrent || c.Job.PersistData || c.ExpectedVersion != nil || len(c.Triggers) == 0 {
+		return nil, false
+	}
+	for _, ts := range c.Triggers {
+		if ts.Calendar != nil && *ts.Calendar != "" {
+			return nil, false
+		}
+	}
+	return c, true
+}
+
 // bulkSchedule applies, in one statement instead of a savepoint and six statements each, the
 // schedule_job commands at the head of a batch that create a new job with new triggers: the
 // common case of a producer scheduling work. It must give exactly what applying them one by
 // one would, so it takes only commands whose outcome cannot depend on the others:
 //
-//   - the batch's leading commands, skipping rejections that write no row: the first command of
-//     another kind, or a schedule_job it does not take, ends the run, and everything from there
-//     goes the general way, in order;
-//   - schedule_job without replace or expectedVersion, of a concurrent job that does not persist
-//     its data, with triggers and no calendar (whose rows another transaction may change), while
-//     no group is paused, whose checks pass, whose job and trigger keys appear once in the run
-//     and exist neither in the database (checked under the batch's locks) — a command whose keys
-//     exist is rejected by the general way, as it would be.
+//   - the batch's leading commands, skipping rejections that write no row: the first command
+//     that is not a bulkCandidate ends the run, and everything from there goes the general
+//     way, in order;
+//   - bulk candidates, while no group is paused (groupsPaused: the caller holds Locks.NewJobs
+//     or every partition), whose checks pass, whose job and trigger keys appear once in the run
+//     and exist neither in the database — a command whose keys exist is rejected by the general
+//     way, as it would be.
 //
 // It returns the items it applied (or found raced); the others are left to the general way.
-// When the statement fails for another reason than a lost connection (a trigger key inserted
-// meanwhile by a batch of another partition), nothing of it stays and every item is left to
-// the general way.
-func (h *Handler) bulkSchedule(ctx context.Context, tx *outbox.Tx, todo []*item) (map[*item]bool, error) {
+// When the statement fails for another reason than a lost connection (a key inserted meanwhile
+// by another transaction), nothing of it stays and every item is left to the general way.
+func (h *Handler) bulkSchedule(ctx context.Context, tx *outbox.Tx, todo []*item, groupsPaused bool) (map[*item]bool, error) {
 	type candidate struct {
 		it    *item
 		c     *ScheduleJob
@@ -40,21 +59,20 @@ func (h *Handler) bulkSchedule(ctx context.Context, tx *outbox.Tx, todo []*item)
 		tmo   *int64
 		trigs []*trigger.Trigger
 	}
+	if groupsPaused {
+		// A paused group makes a new trigger start PAUSED (and records its group): the general
+		// way decides that.
+		return nil, nil
+	}
 	var cands []candidate
 	jobs, trigs := map[events.Key]bool{}, map[events.Key]bool{}
-	// A paused group makes a new trigger start PAUSED (and records its group): the general way
-	// decides that, so while any group is paused nothing goes in bulk.
-	var paused bool
-	if err := tx.QueryRow(ctx, queries.Get("AnyGroupPaused"), h.cfg.Namespace).Scan(&paused); err != nil {
-		return nil, fmt.Errorf("reading paused groups: %w", err)
-	}
 run:
 	for _, it := range todo {
 		if !it.applies() {
 			continue // a rejection: it writes no row the others read
 		}
-		c, ok := it.cmdv.value.(*ScheduleJob)
-		if !ok || c.Replace || c.Job.Nonconcurrent || c.Job.PersistData || c.ExpectedVersion != nil || len(c.Triggers) == 0 || paused {
+		c, ok := bulkCandidate(it)
+		if !ok {
 			break
 		}
 		a := h.applyCtx(it, tx)
@@ -63,11 +81,6 @@ run:
 			continue // rejected the general way, before any write
 		}
 		keys := []events.Key{{Group: c.Job.Group, Name: c.Job.Name}}
-		for _, ts := range c.Triggers {
-			if ts.Calendar != nil && *ts.Calendar != "" {
-				break run
-			}
-		}
 		t, err := a.newTriggers(ctx, c.Triggers) // no calendar: no database read
 		if err != nil {
 			continue

@@ -14,6 +14,9 @@ const (
 	// (a subtransaction): PostgreSQL tracks up to 64 of them per transaction cheaply, more make
 	// every other session's visibility checks slower while it runs.
 	BatchDefault = 64
+	// NewJobsBatchFactor times the batch size is the most new jobs gathered in one transaction:
+	// they are stored by one statement in one savepoint (bulkSchedule).
+	NewJobsBatchFactor = 4
 	// GatherWaitDefault is how long the first command of a batch waits for others to join it.
 	GatherWaitDefault = time.Millisecond
 	// ConcurrentBatchesDefault is how many batch transactions one node runs at once.
@@ -26,7 +29,9 @@ const (
 //
 // Commands are gathered by lock partition (that of the job they name; all partitions, or none
 // for rejections), so that a batch locks one partition and batches of different partitions, on
-// this node and others, run side by side instead of queueing for every partition.
+// this node and others, run side by side instead of queueing for every partition. Commands that
+// only insert new jobs (bulkCandidate: a producer scheduling work) lock no partition
+// (Locks.NewJobs) and gather together, in batches of up to NewJobsBatchFactor × Batch.
 //
 // The first caller of a batch leads it: it waits GatherWait (or until the batch is full) and
 // for one of the ConcurrentBatches slots, while later callers join, then applies the batch and
@@ -51,14 +56,18 @@ type gathering struct {
 
 // Batch keys besides partition numbers.
 const (
-	keyAll    = -1 // commands that lock every partition, or the partitions of several jobs
-	keyNoLock = -2 // rejections: they lock nothing
+	keyAll     = -1 // commands that lock every partition, or the partitions of several jobs
+	keyNoLock  = -2 // rejections: they lock nothing
+	keyNewJobs = -3 // bulk candidates: Locks.NewJobs
 )
 
 // batchKey is the partition whose batch the item joins.
 func (g *gatherer) batchKey(it *item) int {
 	if !it.applies() {
 		return keyNoLock
+	}
+	if _, ok := bulkCandidate(it); ok {
+		return keyNewJobs
 	}
 	if it.cmdv.scope.all {
 		return keyAll
@@ -79,6 +88,14 @@ func newGatherer(h *Handler) *gatherer {
 		slots: make(chan struct{}, cmp.Or(h.cfg.ConcurrentBatches, ConcurrentBatchesDefault)), open: map[int]*gathering{}}
 }
 
+// maxOf is the most commands of a batch of the key.
+func (g *gatherer) maxOf(key int) int {
+	if key == keyNewJobs {
+		return NewJobsBatchFactor * g.max
+	}
+	return g.max
+}
+
 // do handles req in the next batch of its partition and returns its outcome. seq, when not
 // zero, orders the commands of a batch (the stream sequence of a durable command, so a node
 // applies them in stream order); ctx is the batch's when the caller leads it.
@@ -93,7 +110,7 @@ func (g *gatherer) do(ctx context.Context, req Request, seq uint64) Outcome {
 		g.open[key] = b
 	}
 	b.items, b.seqs = append(b.items, it), append(b.seqs, seq)
-	if len(b.items) == g.max {
+	if len(b.items) == g.maxOf(key) {
 		delete(g.open, key)
 		close(b.full)
 	}

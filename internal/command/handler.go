@@ -310,25 +310,17 @@ func (h *Handler) applyAll(ctx context.Context, tx *outbox.Tx, items []*item) er
 		return err
 	}
 	var todo []*item
-	var sc scope
 	for _, it := range items {
 		if out, ok := prev[it.id]; ok && it.dupOf == nil && it.early == nil {
 			h.cfg.Logger.DebugContext(it.ctx, "command already handled; answering as before", slog.String("command_id", it.id))
 			it.out, it.done = out, true
 			continue
 		}
-		if it.dupOf != nil {
-			continue
-		}
-		todo = append(todo, it)
-		if it.applies() {
-			sc = sc.union(it.cmdv.scope)
+		if it.dupOf == nil {
+			todo = append(todo, it)
 		}
 	}
-	if err := sc.lock(ctx, tx, h.cfg.Locks); err != nil {
-		return err
-	}
-	bulk, err := h.bulkSchedule(ctx, tx, todo)
+	bulk, err := h.lockAndBulk(ctx, tx, todo)
 	if err != nil {
 		return err
 	}
@@ -383,6 +375,58 @@ func (h *Handler) applyAll(ctx context.Context, tx *outbox.Tx, items []*item) er
 		}
 	}
 	return nil
+}
+
+// lockAndBulk takes the batch's locks and applies its new jobs in bulk (bulkSchedule). Commands
+// that only insert new jobs (bulkCandidate) need Locks.NewJobs, not their jobs' partitions; the
+// others, and the candidates the bulk leaves to the general way, take their jobs' partitions
+// after it (Locks.NewJobs comes before any partition: the lock order of docs/architecture.md).
+// A batch with a command that locks everything takes every partition first and the bulk runs
+// under them.
+func (h *Handler) lockAndBulk(ctx context.Context, tx *outbox.Tx, todo []*item) (map[*item]bool, error) {
+	var rest scope
+	newJobs := false
+	for _, it := range todo {
+		if !it.applies() {
+			continue
+		}
+		if _, ok := bulkCandidate(it); ok {
+			newJobs = true
+			continue
+		}
+		rest = rest.union(it.cmdv.scope)
+	}
+	var paused bool
+	var err error
+	switch {
+	case rest.all:
+		if err := rest.lock(ctx, tx, h.cfg.Locks); err != nil {
+			return nil, err
+		}
+		if newJobs {
+			paused, err = h.cfg.Locks.GroupsPaused(ctx, tx)
+		}
+	case newJobs:
+		paused, err = h.cfg.Locks.NewJobs(ctx, tx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var bulk map[*item]bool
+	if newJobs {
+		if bulk, err = h.bulkSchedule(ctx, tx, todo, paused); err != nil {
+			return nil, err
+		}
+	}
+	if rest.all {
+		return bulk, nil
+	}
+	for _, it := range todo {
+		if _, ok := bulkCandidate(it); ok && !bulk[it] {
+			rest = rest.union(it.cmdv.scope)
+		}
+	}
+	return bulk, rest.lock(ctx, tx, h.cfg.Locks)
 }
 
 func (h *Handler) applyCtx(it *item, tx *outbox.Tx) *applyCtx {

@@ -226,6 +226,3 @@ trigs as (
     where cid in (select command_id from seen)
     returning 1)
 select command_id from seen;
-
--- name: AnyGroupPaused
-select exists (select 1 from paused_trigger_grps where sched_name = $1);

@@ -92,6 +92,8 @@ type Recoverer struct {
 // TestSignals tell tests what the recoverer did.
 type TestSignals struct {
 	Pass testsignal.Signal[Result] // a pass ended (its result)
+	// Vouched: the heartbeat checked in, vouching for the node's events below this xid.
+	Vouched testsignal.Signal[uint64]
 }
 
 // New builds a Recoverer.
@@ -147,11 +149,22 @@ func (r *Recoverer) Run(ctx context.Context) error {
 	}
 }
 
-// heartbeat checks in every CheckinInterval under the epoch the last pass joined with, until
-// ctx ends. A check-in that finds no row (the node was declared failed) changes nothing here.
+// VouchEvery is how often a node whose events JetStream stored since its last check-in checks
+// in again, before its regular CheckinInterval: a check-in vouches for them
+// (outbox.PublishedBelow), and the sweep publishes again, after its delay (3 s by default),
+// the events nobody vouched for. Checking in only every CheckinInterval (5 s) made the sweep
+// publish every event a second time.
+const VouchEvery = time.Second
+
+// heartbeat checks in every CheckinInterval under the epoch the last pass joined with, and every
+// VouchEvery while the node publishes events, until ctx ends. A check-in that finds no row (the
+// node was declared failed) changes nothing here.
 func (r *Recoverer) heartbeat(ctx context.Context) {
-	t := time.NewTicker(r.cfg.CheckinInterval)
+	tick := min(r.cfg.CheckinInterval, VouchEvery)
+	t := time.NewTicker(tick)
 	defer t.Stop()
+	var last time.Time
+	var vouched uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -162,30 +175,40 @@ func (r *Recoverer) heartbeat(ctx context.Context) {
 		if epoch == 0 {
 			continue
 		}
+		if below := r.outbox.PublishedBelow(); below == vouched && time.Since(last) < r.cfg.CheckinInterval-tick/2 {
+			continue
+		}
 		bctx, cancel := context.WithTimeout(ctx, r.cfg.CheckinInterval)
-		_, err := r.checkIn(bctx, epoch)
+		below, err := r.checkIn(bctx, epoch)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			r.cfg.Logger.DebugContext(ctx, "heartbeat check-in failed", slog.Any("error", err))
+			continue
 		}
+		last, vouched = time.Now(), below
+		r.TestSignals.Vouched.Signal(below)
 	}
 }
 
 // checkIn records that this node is alive under epoch, and what it has published (see
-// outbox.PublishedBelow). It returns false when the node's membership is gone.
-func (r *Recoverer) checkIn(ctx context.Context, epoch int64) (bool, error) {
+// outbox.PublishedBelow), which it returns; errNotMember when the node's membership is gone.
+func (r *Recoverer) checkIn(ctx context.Context, epoch int64) (below uint64, err error) {
 	var xid, cursor uint64
-	err := r.pool.QueryRow(ctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID,
-		r.cfg.CheckinInterval.Milliseconds(), epoch, strconv.FormatUint(r.outbox.PublishedBelow(), 10)).Scan(&xid, &cursor)
+	below = r.outbox.PublishedBelow()
+	err = r.pool.QueryRow(ctx, queries.Get("CheckIn"), r.cfg.Namespace, r.cfg.InstanceID,
+		r.cfg.CheckinInterval.Milliseconds(), epoch, strconv.FormatUint(below, 10)).Scan(&xid, &cursor)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return below, errNotMember
 	}
 	if err != nil {
-		return false, err
+		return below, err
 	}
 	r.outbox.Seen(xid, cursor)
-	return true, nil
+	return below, nil
 }
+
+// errNotMember: the node's membership row is gone (declared failed) or has another epoch.
+var errNotMember = errors.New("this node is no longer a member of the cluster")
 
 // Result says what one pass did.
 type Result struct {
@@ -206,11 +229,11 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
 	res.ClockOffset = r.measureClock(ctx)
 	if r.epoch != 0 {
-		member, err := r.checkIn(ctx, r.epoch)
-		if err != nil {
+		_, err := r.checkIn(ctx, r.epoch)
+		if err != nil && !errors.Is(err, errNotMember) {
 			return res, fmt.Errorf("checking in: %w", err)
 		}
-		if !member {
+		if err != nil {
 			r.cfg.Member.Set(0)
 			r.cfg.Logger.ErrorContext(ctx, "this node was declared failed by the cluster (it did not check in in time: "+
 				"paused, overloaded or cut off from the database); it stopped claiming, and rejoins under a new epoch",

@@ -1,6 +1,7 @@
 package recovery_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -279,5 +280,30 @@ func TestHealUnblocksAPausedTriggerToPaused(t *testing.T) {
 	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = $2
 		and data->>'from' = 'PAUSED_BLOCKED' and data->>'to' = 'PAUSED'`, events.TypeTriggerRepaired); n != 1 {
 		t.Errorf("%d TriggerRepaired events from PAUSED_BLOCKED to PAUSED, want 1", n)
+	}
+}
+
+// A node that published events vouches for them within VouchEvery, not only at its check-in
+// interval: the sweep publishes again what nobody vouched for after its delay (3 s), shorter
+// than the default check-in interval (5 s). Here the interval is an hour: the first heartbeat
+// check-in comes because the node's first pass moved what it vouches for.
+func TestVouchesBeforeTheCheckinInterval(t *testing.T) {
+	f := testenv.NewFixture(t, 1)
+	r := recovery.New(recovery.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, CheckinInterval: time.Hour},
+		f.Pool, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil))
+	r.TestSignals.Pass.Init()
+	r.TestSignals.Vouched.Init()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	r.TestSignals.Pass.Wait(t)
+	below := r.TestSignals.Vouched.Wait(t)
+	if below == 0 {
+		t.Fatal("the heartbeat vouched for nothing")
+	}
+	if n := f.Count(t, `select count(*) from scheduler_state where sched_name = $1 and instance_id = 'n1'
+		and published_below = $2::text::xid8`, fmt.Sprint(below)); n != 1 {
+		t.Fatalf("scheduler_state does not hold published_below %d", below)
 	}
 }

@@ -74,8 +74,10 @@ func (l Locks) Ensure(ctx context.Context, pool *pgxpool.Pool) error {
 			return fmt.Errorf("creating lock rows: %w", err)
 		}
 	}
-	if _, err := pool.Exec(ctx, queries.Get("EnsureLock"), l.Namespace, LockStateAccess); err != nil {
-		return fmt.Errorf("creating lock rows: %w", err)
+	for _, name := range []string{LockStateAccess, LockPausedGroups} {
+		if _, err := pool.Exec(ctx, queries.Get("EnsureLock"), l.Namespace, name); err != nil {
+			return fmt.Errorf("creating lock rows: %w", err)
+		}
 	}
 	if _, err := pool.Exec(ctx, queries.Get("EnsureOutboxCursor"), l.Namespace); err != nil {
 		return fmt.Errorf("creating outbox cursor: %w", err)
@@ -189,12 +191,53 @@ func (l Locks) Jobs(ctx context.Context, tx pgx.Tx, jobs []events.Key) error {
 }
 
 // All takes every partition, in ascending order: for writes whose jobs are not known up front
-// (commands, recovery).
+// (commands, recovery). In partitioned mode it first takes the paused-groups row, which
+// transactions inserting new jobs hold shared (NewJobs), so that the paused groups change only
+// while none of them runs.
 func (l Locks) All(ctx context.Context, tx pgx.Tx) error {
+	if l.Count() > 1 {
+		if err := WithLock(ctx, tx, l.Namespace, LockPausedGroups); err != nil {
+			return err
+		}
+	}
 	for p := range l.Count() {
 		if err := l.Partition(ctx, tx, p); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// NewJobs takes what a transaction that inserts new jobs with their new triggers needs, and says
+// whether any trigger group is paused (a new trigger of a paused group starts PAUSED). Rows no
+// other transaction sees until the commit need no partition: the acquirers cannot claim them
+// before, and a concurrent insert of the same key fails on the primary key. What they need is
+// paused groups that do not change until the commit, so in partitioned mode NewJobs holds the
+// paused-groups row shared: such transactions run side by side, with each other and with the
+// fires, while group commands (All) wait for them. In global mode it takes the single lock, as
+// Quartz's storeJobAndTrigger does.
+func (l Locks) NewJobs(ctx context.Context, tx pgx.Tx) (groupsPaused bool, err error) {
+	if l.Count() == 1 {
+		if err := l.Partition(ctx, tx, 0); err != nil {
+			return false, err
+		}
+		return l.GroupsPaused(ctx, tx)
+	}
+	err = tx.QueryRow(ctx, queries.Get("LockNewJobs"), l.Namespace, LockPausedGroups).Scan(&groupsPaused)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("lock row %s/%s is missing; run the scheduler once to create it", l.Namespace, LockPausedGroups)
+	}
+	if err != nil {
+		return false, fmt.Errorf("taking lock %s: %w", LockPausedGroups, err)
+	}
+	return groupsPaused, nil
+}
+
+// GroupsPaused says whether any trigger group is paused, for a transaction that holds every
+// partition (All) or NewJobs.
+func (l Locks) GroupsPaused(ctx context.Context, tx pgx.Tx) (paused bool, err error) {
+	if err := tx.QueryRow(ctx, queries.Get("AnyGroupPaused"), l.Namespace).Scan(&paused); err != nil {
+		return false, fmt.Errorf("reading paused groups: %w", err)
+	}
+	return paused, nil
 }

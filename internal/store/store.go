@@ -122,6 +122,9 @@ const (
 	LockTriggerAccess = "TRIGGER_ACCESS"
 	// LockStateAccess serialises cluster check-in and recovery.
 	LockStateAccess = "STATE_ACCESS"
+	// LockPausedGroups guards the paused groups in partitioned mode: commands that insert new
+	// jobs hold it shared (Locks.NewJobs), the writes under every partition exclusively (Locks.All).
+	LockPausedGroups = "PAUSED_GROUPS"
 )
 
 // WithLock takes the named cluster lock inside tx (Quartz's StdRowLockSemaphore:
