@@ -243,6 +243,47 @@ func TestNewJobsTakeNoPartition(t *testing.T) {
 	}
 }
 
+// A batch of new jobs that waits for the paused-groups row while a group is being paused reads
+// the paused groups after it got the row: its triggers in that group start PAUSED. (Read in the
+// statement that waited, the paused groups came from before the wait: the pause was missed.)
+func TestNewJobsSeeGroupPausedWhileTheyWaited(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	h := newHandler(t, f, nil)
+	at := time.Now().Add(time.Hour)
+	pause, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pause.Rollback(context.Background()) }()
+	if err := f.Locks.All(t.Context(), pause); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pause.Exec(t.Context(), `insert into paused_trigger_grps (sched_name, trigger_group) values ($1, 'g')`, f.Namespace()); err != nil {
+		t.Fatal(err)
+	}
+	outs := make(chan []Outcome, 1)
+	go func() {
+		outs <- h.HandleBatch(t.Context(), []Request{
+			{Command: "schedule_job", Body: scheduleBody(t, "w-1", "w-1", at)},
+			{Command: "schedule_job", Body: scheduleBody(t, "w-2", "w-2", at)},
+		})
+	}()
+	waitLockWaiters(t, f, 1)
+	if err := pause.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i, out := range <-outs {
+		if !out.OK {
+			t.Fatalf("new job %d: %+v", i, out.Error)
+		}
+	}
+	for _, name := range []string{"w-1", "w-2"} {
+		if got := f.State(t, events.Key{Group: "g", Name: name}); got != store.StatePaused {
+			t.Errorf("trigger g.%s is %s, want %s: the group was paused before the batch got the paused-groups row", name, got, store.StatePaused)
+		}
+	}
+}
+
 // waitLockWaiters waits until n sessions of the fixture's database wait for a row lock.
 func waitLockWaiters(t *testing.T, f *testenv.Fixture, n int) {
 	t.Helper()

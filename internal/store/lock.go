@@ -223,14 +223,25 @@ func (l Locks) NewJobs(ctx context.Context, tx pgx.Tx) (groupsPaused bool, err e
 		}
 		return l.GroupsPaused(ctx, tx)
 	}
-	err = tx.QueryRow(ctx, queries.Get("LockNewJobs"), l.Namespace, LockPausedGroups).Scan(&groupsPaused)
+	// Two statements in one round trip: the second reads the paused groups after the first got
+	// the row (each statement of a READ COMMITTED transaction reads its own snapshot).
+	var b pgx.Batch
+	b.Queue(queries.Get("LockShared"), l.Namespace, LockPausedGroups)
+	b.Queue(queries.Get("AnyGroupPaused"), l.Namespace)
+	res := tx.SendBatch(ctx, &b)
+	defer res.Close()
+	var one int
+	err = res.QueryRow().Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("lock row %s/%s is missing; run the scheduler once to create it", l.Namespace, LockPausedGroups)
 	}
 	if err != nil {
 		return false, fmt.Errorf("taking lock %s: %w", LockPausedGroups, err)
 	}
-	return groupsPaused, nil
+	if err := res.QueryRow().Scan(&groupsPaused); err != nil {
+		return false, fmt.Errorf("reading paused groups: %w", err)
+	}
+	return groupsPaused, res.Close()
 }
 
 // GroupsPaused says whether any trigger group is paused, for a transaction that holds every

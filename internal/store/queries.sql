@@ -5,10 +5,10 @@ select 1 from locks where sched_name = $1 and lock_name = $2 for update;
 -- name: EnsureLock
 insert into locks (sched_name, lock_name) values ($1, $2) on conflict do nothing;
 
--- name: LockNewJobs
--- Locks.NewJobs: the paused-groups row shared, and whether any group of the namespace is paused.
-select exists (select 1 from paused_trigger_grps where sched_name = $1)
-from locks where sched_name = $1 and lock_name = $2 for share;
+-- name: LockShared
+-- Locks.NewJobs: the paused-groups row shared. The paused groups are read by the next statement:
+-- one that waited for the row reads the groups as they were when it started, before the wait.
+select 1 from locks where sched_name = $1 and lock_name = $2 for share;
 
 -- name: AnyGroupPaused
 select exists (select 1 from paused_trigger_grps where sched_name = $1);
