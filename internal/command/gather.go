@@ -37,11 +37,19 @@ const (
 // for one of the ConcurrentBatches slots, while later callers join, then applies the batch and
 // hands every caller its outcome. Under load the slots are busy, so batches grow by themselves;
 // a lone command waits GatherWait at most.
+//
+// Batches of new jobs run one at a time on a node (newJobs), besides taking a slot. They lock
+// nothing another batch of them waits for, so two could run at once; but a transaction costs
+// mostly per batch (its statements are planned at every execution, then the commit), and a
+// producer with 64 requests in flight on two nodes then got batches of 11 and 3,900 commands/s;
+// one at a time, batches of 15 and 4,300/s (on the durable subject 230 instead of 130; see
+// docs/performance.md). The other slot keeps other commands from waiting behind them.
 type gatherer struct {
-	h     *Handler
-	max   int
-	wait  time.Duration
-	slots chan struct{}
+	h       *Handler
+	max     int
+	wait    time.Duration
+	slots   chan struct{}
+	newJobs chan struct{}
 
 	mu   sync.Mutex
 	open map[int]*gathering // by batchKey
@@ -85,7 +93,8 @@ func (g *gatherer) batchKey(it *item) int {
 
 func newGatherer(h *Handler) *gatherer {
 	return &gatherer{h: h, max: cmp.Or(h.cfg.Batch, BatchDefault), wait: cmp.Or(h.cfg.GatherWait, GatherWaitDefault),
-		slots: make(chan struct{}, cmp.Or(h.cfg.ConcurrentBatches, ConcurrentBatchesDefault)), open: map[int]*gathering{}}
+		slots: make(chan struct{}, cmp.Or(h.cfg.ConcurrentBatches, ConcurrentBatchesDefault)), newJobs: make(chan struct{}, 1),
+		open: map[int]*gathering{}}
 }
 
 // maxOf is the most commands of a batch of the key.
@@ -141,6 +150,13 @@ func (g *gatherer) lead(ctx context.Context, key int, b *gathering) {
 	case <-ctx.Done():
 	}
 	t.Stop()
+	if key == keyNewJobs {
+		select {
+		case g.newJobs <- struct{}{}:
+			defer func() { <-g.newJobs }()
+		case <-ctx.Done():
+		}
+	}
 	select {
 	case g.slots <- struct{}{}:
 		defer func() { <-g.slots }()
