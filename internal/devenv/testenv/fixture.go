@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agatesched/agate/internal/events"
@@ -20,9 +21,12 @@ import (
 
 // MigratedDatabase is [DatabaseFromTemplate] with Agate's schema: a fresh database with every
 // migration applied, copied from a template made once per set of migration files.
+//
+// When the test ends, after its own cleanups, every trigger must have its job: the rule no foreign
+// key checks since migration 011, kept by the writes themselves.
 func MigratedDatabase(t testing.TB) string {
 	t.Helper()
-	return DatabaseFromTemplate(t, migrationsKey(t), func(ctx context.Context, url string) error {
+	url := DatabaseFromTemplate(t, migrationsKey(t), func(ctx context.Context, url string) error {
 		pool, err := store.Open(ctx, url, 2)
 		if err != nil {
 			return err
@@ -30,6 +34,37 @@ func MigratedDatabase(t testing.TB) string {
 		defer pool.Close()
 		return store.Migrate(ctx, pool)
 	})
+	t.Cleanup(func() { checkTriggersHaveJobs(t, url) })
+	return url
+}
+
+// checkTriggersHaveJobs fails t when a trigger of the database has no job.
+func checkTriggersHaveJobs(t testing.TB, url string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Errorf("testenv: checking that every trigger has its job: %v", err)
+		return
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	rows, err := conn.Query(ctx, `select t.sched_name || '/' || t.trigger_group || '.' || t.trigger_name || ' of job ' || t.job_group || '.' || t.job_name
+		from triggers t
+		where not exists (select 1 from job_details j
+		                  where j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name)
+		limit 10`)
+	if err != nil {
+		t.Errorf("testenv: checking that every trigger has its job: %v", err)
+		return
+	}
+	orphans, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Errorf("testenv: checking that every trigger has its job: %v", err)
+		return
+	}
+	if len(orphans) > 0 {
+		t.Errorf("testenv: triggers without their job at the end of the test: %v", orphans)
+	}
 }
 
 // migrationsKey names the migrated template database; it changes when a migration does.
