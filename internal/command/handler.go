@@ -183,14 +183,15 @@ func (h *Handler) prepare(ctx context.Context, r Request) *item {
 	}
 	rctx, span := h.tracer.Start(rctx, "agate.command."+r.Command, trace.WithSpanKind(trace.SpanKindConsumer))
 	it := &item{ctx: rctx, span: span, cmd: r.Command, body: r.Body}
-	it.early = h.precheck(it)
-	it.id = commandID(it.body)
+	doc, err := parseBody(it.body) // once, for the syntax check, the id and the JSON Schema
+	it.early = h.precheck(it, err)
+	it.id = commandID(doc)
 	switch {
 	case it.early != nil:
 	case !isKnown(it.cmd):
 		it.rej = invalid("", "unknown command %q; this scheduler accepts: %s", it.cmd, strings.Join(known, ", "))
 	default:
-		it.cmdv, it.rej = decoders[it.cmd](h.v, it.cmd, it.body)
+		it.cmdv, it.rej = decoders[it.cmd](h.v, it.cmd, doc, it.body)
 	}
 	return it
 }
@@ -214,12 +215,13 @@ func (h *Handler) finish(it *item, batch int) Outcome {
 // applies reports whether the item is a command to apply (not a rejection).
 func (it *item) applies() bool { return it.early == nil && it.rej == nil }
 
-// precheck is the checks before the id: size, JSON syntax, and no NUL that PostgreSQL could not store.
-func (h *Handler) precheck(it *item) *Error {
+// precheck is the checks before the id: size, JSON syntax (parseErr, parseBody's), and no NUL
+// that PostgreSQL could not store.
+func (h *Handler) precheck(it *item, parseErr error) *Error {
 	switch {
 	case len(it.body) > h.cfg.MaxBodyBytes:
 		return invalid("", "body is %d bytes; the limit is %d bytes", len(it.body), h.cfg.MaxBodyBytes)
-	case !json.Valid(it.body):
+	case parseErr != nil:
 		return invalid("", "body is not valid JSON")
 	case store.JSONHasNUL(it.body):
 		return invalid("", "body contains a NUL character (\\u0000), which Agate cannot store; remove it")
@@ -515,14 +517,11 @@ func (h *Handler) seen(ctx context.Context, q querier, ids []string) (map[string
 	return prev, nil
 }
 
-// commandID is the body's id when it is a string of at most 128 characters, else "": an
-// outcome is remembered only under an id the contract allows.
-func commandID(body []byte) string {
-	var head struct {
-		ID any `json:"id"`
-	}
-	_ = json.Unmarshal(body, &head)
-	id, _ := head.ID.(string)
+// commandID is the id of a body parsed by parseBody when it is a string of at most 128
+// characters, else "": an outcome is remembered only under an id the contract allows.
+func commandID(doc any) string {
+	obj, _ := doc.(map[string]any)
+	id, _ := obj["id"].(string)
 	if len(id) > 128 || strings.ContainsRune(id, 0) {
 		return ""
 	}
@@ -532,8 +531,9 @@ func commandID(body []byte) string {
 // GiveUp ends a command that failed with an internal error on every delivery: it is recorded as
 // rejected with that code, so that it stops being redelivered and its producer can see why.
 func (h *Handler) GiveUp(ctx context.Context, cmd string, body []byte, deliveries int, last *Error) {
+	doc, _ := parseBody(body) // an id for the log if it has one
 	h.cfg.Logger.ErrorContext(ctx, "giving up a command that failed on every delivery", slog.String("command", cmd),
-		slog.String("command_id", commandID(body)), slog.Int("deliveries", deliveries), slog.String("error", last.Message))
+		slog.String("command_id", commandID(doc)), slog.Int("deliveries", deliveries), slog.String("error", last.Message))
 	it := h.prepare(ctx, Request{Ctx: ctx, Command: cmd, Body: body})
 	it.early = &Error{Code: CodeInternal,
 		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)}

@@ -26,15 +26,16 @@ type command struct {
 	value any
 }
 
-// decoder validates a body for one command and returns what applies it.
-type decoder func(v *validator, cmd string, body []byte) (command, *Error)
+// decoder validates a body for one command (doc, as parseBody parsed it) and returns what
+// applies it.
+type decoder func(v *validator, cmd string, doc any, body []byte) (command, *Error)
 
 // decodeAs builds the decoder of a command whose body decodes into T. The command locks the
 // partitions of the jobs *T names when it implements jobScoped, else every partition.
 func decodeAs[T any](apply func(*applyCtx, context.Context, *T) (any, error)) decoder {
-	return func(v *validator, cmd string, body []byte) (command, *Error) {
+	return func(v *validator, cmd string, doc any, body []byte) (command, *Error) {
 		var c T
-		if e := v.check(cmd, body, &c); e != nil {
+		if e := v.check(cmd, doc, body, &c); e != nil {
 			return command{}, e
 		}
 		return command{apply: func(ctx context.Context, a *applyCtx) (any, error) { return apply(a, ctx, &c) },
@@ -100,17 +101,20 @@ func newValidator() (*validator, error) {
 	return v, nil
 }
 
-// check validates body for command cmd and decodes it into out.
-func (v *validator) check(cmd string, body []byte, out any) *Error {
+// parseBody parses a command body as the JSON Schema validator reads it (numbers as
+// json.Number), or fails on anything that is not one JSON value.
+func parseBody(body []byte) (any, error) {
+	return jsonschema.UnmarshalJSON(bytes.NewReader(body))
+}
+
+// check validates body for command cmd and decodes it into out. doc is body as parseBody
+// parsed it: the schema reads that, out is decoded from body.
+func (v *validator) check(cmd string, doc any, body []byte, out any) *Error {
 	sch, ok := v.schemas[cmd]
 	if !ok {
 		return &Error{Code: CodeInternal, Message: fmt.Sprintf("no schema for command %q", cmd)} // a build without the schema file
 	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
-	if err != nil {
-		return invalid("", "body is not valid JSON: %v", err)
-	}
-	if err := sch.Validate(inst); err != nil {
+	if err := sch.Validate(doc); err != nil {
 		return apierr.FromSchema(err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

@@ -24,7 +24,7 @@ func TestValidatorNamesTheField(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var c ScheduleJob
-			e := v.check("schedule_job", []byte(tc.body), &c)
+			e := checkBody(v, []byte(tc.body), &c)
 			if e == nil {
 				t.Fatal("accepted")
 			}
@@ -34,7 +34,8 @@ func TestValidatorNamesTheField(t *testing.T) {
 		})
 	}
 	var c ScheduleJob
-	if e := v.check("schedule_job", []byte(`{"id":"1","job":{"group":"g","name":"n","type":"noop"},"triggers":[{"group":"g","name":"t","cron":{"expression":"0 0 2 * * ?","timeZone":"Asia/Shanghai"},"misfire":"fire_once_now"}]}`), &c); e != nil {
+	body := []byte(`{"id":"1","job":{"group":"g","name":"n","type":"noop"},"triggers":[{"group":"g","name":"t","cron":{"expression":"0 0 2 * * ?","timeZone":"Asia/Shanghai"},"misfire":"fire_once_now"}]}`)
+	if e := checkBody(v, body, &c); e != nil {
 		t.Fatalf("valid command rejected: %v", e)
 	}
 	if c.Triggers[0].Cron == nil || c.Triggers[0].Cron.Expression != "0 0 2 * * ?" || c.Triggers[0].Misfire != "fire_once_now" {
@@ -46,4 +47,13 @@ func TestFieldPath(t *testing.T) {
 	if got := apierr.FieldPath([]string{"triggers", "0", "cron", "expression"}); got != "triggers[0].cron.expression" {
 		t.Errorf("got %q", got)
 	}
+}
+
+// checkBody checks a schedule_job body as prepare does: parsed, then validated and decoded.
+func checkBody(v *validator, body []byte, out *ScheduleJob) *Error {
+	doc, err := parseBody(body)
+	if err != nil {
+		return invalid("", "body is not valid JSON")
+	}
+	return v.check("schedule_job", doc, body, out)
 }
