@@ -284,6 +284,39 @@ func TestNewJobsSeeGroupPausedWhileTheyWaited(t *testing.T) {
 	}
 }
 
+// A batch of new jobs that repeats commands handled before (a producer's retry) answers them as
+// before, logs nothing for them, and stores the others in bulk.
+func TestNewJobsBatchWithRepeatedCommands(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	h := newHandler(t, f, nil)
+	at := time.Now().Add(time.Hour)
+	req := func(id string) Request { return Request{Command: "schedule_job", Body: scheduleBody(t, id, id, at)} }
+	first := h.HandleBatch(t.Context(), []Request{req("a"), req("b")})
+	for _, out := range first {
+		if !out.OK {
+			t.Fatalf("first batch: %+v", out.Error)
+		}
+	}
+	outs := h.HandleBatch(t.Context(), []Request{req("a"), req("c"), req("b"), req("d")})
+	for i, want := range []Outcome{first[0], {}, first[1], {}} {
+		got := outs[i]
+		if !got.OK {
+			t.Fatalf("command %d: %+v", i, got.Error)
+		}
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		if want.CommandID != "" && string(g) != string(w) {
+			t.Errorf("repeated command %d answered %+v, want the first answer %+v", i, got, want)
+		}
+	}
+	if n := f.Count(t, `select count(*) from triggers where sched_name = $1`); n != 4 {
+		t.Errorf("%d triggers, want 4", n)
+	}
+	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = 'agate.command.accepted'`); n != 4 {
+		t.Errorf("%d CommandAccepted events, want 4 (a repeated command logs nothing)", n)
+	}
+}
+
 // waitLockWaiters waits until n sessions of the fixture's database wait for a row lock.
 func waitLockWaiters(t *testing.T, f *testenv.Fixture, n int) {
 	t.Helper()
