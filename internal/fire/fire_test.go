@@ -3,6 +3,7 @@ package fire_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -289,6 +290,54 @@ func TestQueueFiresWhenDueAndReleasesOnStop(t *testing.T) {
 	}
 	if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and state = 'ACQUIRED'`); n != 0 {
 		t.Fatalf("%d ACQUIRED fired rows left after stop", n)
+	}
+}
+
+// A few due claims fire in one transaction whatever their partitions (a steady flow); more than
+// SmallFire fire in a transaction per partition (a burst).
+func TestQueueFiresFewClaimsInOneTransaction(t *testing.T) {
+	for _, n := range []int{3, fire.SmallFire + 1} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			f := testenv.NewFixture(t, 8)
+			ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
+			e := &env{f: f, clock: testenv.NewClock(time.Now()), outbox: ob,
+				firer: fire.New(fire.Config{Namespace: f.Namespace(), InstanceID: "n1", Now: time.Now})}
+			due := time.Now().Truncate(time.Millisecond)
+			var claims []store.Claim
+			partitions := map[int]bool{}
+			for i := range n {
+				j := key(fmt.Sprint("j", i))
+				e.f.Job(t, j, false)
+				e.f.Trigger(t, j, j, testenv.Repeating(time.Minute), due)
+				c := e.claim(t, j, j, due, true, false)
+				c.Partition = f.Locks.PartitionOf(j.Group, j.Name)
+				partitions[c.Partition] = true
+				claims = append(claims, c)
+			}
+			if len(partitions) < 2 {
+				t.Fatalf("the claims fall in %d partition; the test needs several", len(partitions))
+			}
+			q := fire.NewQueue(fire.QueueConfig{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Now: time.Now}, ob, e.firer)
+			q.TestSignals.Fired.Init()
+			q.Add(claims)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error)
+			go func() { done <- q.Run(ctx) }()
+			for fired := 0; fired < n; {
+				fired += q.TestSignals.Fired.Wait(t)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			want := 1
+			if n > fire.SmallFire {
+				want = len(partitions)
+			}
+			if got := f.Count(t, `select count(distinct xid) from events where sched_name = $1 and type = 'agate.job.fired'`); got != want {
+				t.Errorf("%d claims in %d partitions fired in %d transactions, want %d", n, len(partitions), got, want)
+			}
+		})
 	}
 }
 
