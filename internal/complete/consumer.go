@@ -144,7 +144,8 @@ type Outcome struct {
 // handle decodes msgs and applies the valid ones in a transaction per lock partition of their
 // jobs, several at once, acking each group after its commit. One transaction for the whole
 // batch took every partition its jobs hash to (all of them, in a burst), in order, waiting for
-// each: fire transactions queued behind it, and two nodes' batches behind each other.
+// each: fire transactions queued behind it, and two nodes' batches behind each other. A small
+// batch (store.SmallBatch, a steady flow's) goes in one transaction all the same.
 func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	type group struct {
 		outs []Outcome
@@ -162,6 +163,9 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		j := o.Result.Job.Key()
 		p := c.cfg.Locks.PartitionOf(j.Group, j.Name)
+		if len(msgs) <= store.SmallBatch {
+			p = 0 // Apply takes the partitions of all their jobs, in ascending order
+		}
 		if groups[p] == nil {
 			groups[p] = &group{}
 		}

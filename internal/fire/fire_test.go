@@ -294,9 +294,9 @@ func TestQueueFiresWhenDueAndReleasesOnStop(t *testing.T) {
 }
 
 // A few due claims fire in one transaction whatever their partitions (a steady flow); more than
-// SmallFire fire in a transaction per partition (a burst).
+// store.SmallBatch fire in a transaction per partition (a burst).
 func TestQueueFiresFewClaimsInOneTransaction(t *testing.T) {
-	for _, n := range []int{3, fire.SmallFire + 1} {
+	for _, n := range []int{3, store.SmallBatch + 1} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			f := testenv.NewFixture(t, 8)
 			ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
@@ -331,7 +331,7 @@ func TestQueueFiresFewClaimsInOneTransaction(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := 1
-			if n > fire.SmallFire {
+			if n > store.SmallBatch {
 				want = len(partitions)
 			}
 			if got := f.Count(t, `select count(distinct xid) from events where sched_name = $1 and type = 'agate.job.fired'`); got != want {

@@ -25,6 +25,13 @@ const Slots = 1024
 // work should not wait for all the others' commits. It stays below the node's pool size.
 const PartitionsAtOnce = 4
 
+// SmallBatch is the most claims or completions a loop applies in one transaction that takes
+// all their partitions, in ascending order, rather than a transaction per partition. A steady
+// flow brings a few at a time, spread over the partitions: a transaction per partition then
+// held one or two, and a small transaction's cost is mostly its fixed statements and commit
+// (docs/performance.md). Bursts, larger, keep a transaction per partition, several at once.
+const SmallBatch = 64
+
 // Locks is the lock protocol of one namespace, in one of two modes (docs/architecture.md, "The lock protocol"):
 //
 //   - global (Partitions ≤ 1): one TRIGGER_ACCESS row serialises every acquire, fire,
