@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"time"
 
@@ -183,18 +184,26 @@ func (l Locks) TryPartition(ctx context.Context, tx pgx.Tx, p int) (bool, error)
 
 // Jobs takes the partitions of the given jobs, in ascending order.
 func (l Locks) Jobs(ctx context.Context, tx pgx.Tx, jobs []events.Key) error {
-	need := make([]bool, l.Count())
+	var ps []int
 	for _, j := range jobs {
-		need[l.PartitionOf(j.Group, j.Name)] = true
+		ps = append(ps, l.PartitionOf(j.Group, j.Name))
 	}
-	for p, ok := range need {
-		if ok {
-			if err := l.Partition(ctx, tx, p); err != nil {
-				return err
-			}
+	_, err := l.PartitionsWaited(ctx, tx, ps)
+	return err
+}
+
+// PartitionsWaited takes lock partitions ps, each once, in ascending order (the lock order), and
+// says how long it waited for them in all.
+func (l Locks) PartitionsWaited(ctx context.Context, tx pgx.Tx, ps []int) (time.Duration, error) {
+	var waited time.Duration
+	for _, p := range slices.Compact(slices.Sorted(slices.Values(ps))) {
+		w, err := l.PartitionWaited(ctx, tx, p)
+		if err != nil {
+			return waited, err
 		}
+		waited += w
 	}
-	return nil
+	return waited, nil
 }
 
 // All takes every partition, in ascending order: for writes whose jobs are not known up front
@@ -238,12 +247,8 @@ func (l Locks) NewJobs(ctx context.Context, tx pgx.Tx) (groupsPaused bool, err e
 	res := tx.SendBatch(ctx, &b)
 	defer res.Close()
 	var one int
-	err = res.QueryRow().Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("lock row %s/%s is missing; run the scheduler once to create it", l.Namespace, LockPausedGroups)
-	}
-	if err != nil {
-		return false, fmt.Errorf("taking lock %s: %w", LockPausedGroups, err)
+	if err := lockErr(res.QueryRow().Scan(&one), l.Namespace, LockPausedGroups); err != nil {
+		return false, err
 	}
 	if err := res.QueryRow().Scan(&groupsPaused); err != nil {
 		return false, fmt.Errorf("reading paused groups: %w", err)

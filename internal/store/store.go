@@ -132,7 +132,12 @@ const (
 // trigger or fired-trigger rows takes it first.
 func WithLock(ctx context.Context, tx pgx.Tx, namespace, name string) error {
 	var one int
-	err := tx.QueryRow(ctx, queries.Get("Lock"), namespace, name).Scan(&one)
+	return lockErr(tx.QueryRow(ctx, queries.Get("Lock"), namespace, name).Scan(&one), namespace, name)
+}
+
+// lockErr is the error of a statement that took lock row name: nil, a missing row, or the
+// statement's failure.
+func lockErr(err error, namespace, name string) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("lock row %s/%s is missing; run the scheduler once to create it", namespace, name)
 	}
