@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -42,6 +43,11 @@ type IntakeResult struct {
 	// CPU is the CPU seconds each kind of process used during the measurement: postgres (the
 	// private server's processes), nats-server, scheduler (all nodes) and bench (the producer).
 	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
+	// CommitsPerCommand and WritesPerCommand: pg_stat_database xact_commit and tup_inserted +
+	// tup_updated + tup_deleted over the measurement, per command; Statements its top statements.
+	CommitsPerCommand float64     `json:"commitsPerCommand,omitempty"`
+	WritesPerCommand  float64     `json:"writesPerCommand,omitempty"`
+	Statements        []Statement `json:"topStatements,omitempty"`
 	// Profiles are the CPU profiles of the scheduler processes taken during it (--profile).
 	Profiles []string `json:"profiles,omitempty"`
 }
@@ -82,11 +88,23 @@ func (b *bench) runIntake(ctx context.Context, nodes int) ([]IntakeResult, error
 		return nil, fmt.Errorf("%w (logs in %s)", err, b.inf.dir)
 	}
 	log.Info("intake: scheduler processes running", "logs", b.inf.dir)
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the workload database: %w", err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
 
 	pids := b.pids(cl)
 	var results []IntakeResult
 	for _, path := range []string{"cmd", "api"} {
 		n := b.o.IntakeN
+		if err := b.resetStatements(ctx, admin); err != nil {
+			return nil, err
+		}
+		dbBefore, err := readDBStats(ctx, admin)
+		if err != nil {
+			return nil, err
+		}
 		before := cpuSeconds(pids)
 		profiles := b.profile(ctx, cl.pprof, fmt.Sprintf("%s-%s", ns, path))
 		start := time.Now()
@@ -105,6 +123,12 @@ func (b *bench) runIntake(ctx context.Context, nodes int) ([]IntakeResult, error
 			return nil, fmt.Errorf("intake %s: %w (logs in %s)", path, err, b.inf.dir)
 		}
 		after := cpuSeconds(pids)
+		// A backend reports its statistics within a second of going idle.
+		sleepUntil(ctx, time.Now().Add(1500*time.Millisecond))
+		dbAfter, err := readDBStats(ctx, admin)
+		if err != nil {
+			return nil, err
+		}
 		r := IntakeResult{Path: path, Nodes: nodes, Commands: n, InFlight: window, Seconds: round1(took.Seconds()*1000) / 1000,
 			PerSec: float64(n) / took.Seconds(), Rejected: rejected, CPU: map[string]float64{}, Profiles: profiles()}
 		if path == "api" {
@@ -114,6 +138,11 @@ func (b *bench) runIntake(ctx context.Context, nodes int) ([]IntakeResult, error
 			r.AppliedPerSec = float64(n) / appliedAt.Sub(start).Seconds()
 		}
 		r.CPU = cpuDelta(before, after)
+		r.CommitsPerCommand = float64(dbAfter.commits-dbBefore.commits) / float64(n)
+		r.WritesPerCommand = float64(dbAfter.writes-dbBefore.writes) / float64(n)
+		if r.Statements, err = b.topStatements(ctx, admin, n); err != nil {
+			return nil, err
+		}
 		// The intake table has one column for all the schedulers.
 		r.CPU["scheduler"] = round1(sumPrefix(r.CPU, "scheduler "))
 		log.Info("intake: measured", "path", path, "commands", n, "took", took.Round(time.Millisecond),
@@ -457,8 +486,8 @@ func (b *bench) runRiver(ctx context.Context) (IntakeResult, error) {
 }
 
 func writeIntakeTable(w io.Writer, results []IntakeResult) {
-	fmt.Fprintln(w, "| intake | nodes | commands | in flight | seconds | commands/s | rejected | CPU s: postgres / nats-server / scheduler / bench |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| intake | nodes | commands | in flight | seconds | commands/s | rejected | commits / writes per command | CPU s: postgres / nats-server / scheduler / bench |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		what := map[string]string{"cmd": "cmd (JetStream, async publish)", "api": "api (request-reply)",
 			"river": "River v0.51.1 InsertMany (batch, 2 at once)"}[r.Path]
@@ -466,10 +495,21 @@ func writeIntakeTable(w io.Writer, results []IntakeResult) {
 		if r.Path == "river" {
 			nodes = "—"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %.2f | %s | %d | %s / %s / %s / %s |\n", what, nodes, r.Commands, r.InFlight,
-			r.Seconds, f0(r.PerSec), r.Rejected, f1(r.CPU["postgres"]), f1(r.CPU["nats-server"]), f1(r.CPU["scheduler"]), f1(r.CPU["bench"]))
+		perCmd := "—"
+		if r.Path != "river" {
+			perCmd = fmt.Sprintf("%.3f / %.2f", r.CommitsPerCommand, r.WritesPerCommand)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.2f | %s | %d | %s | %s / %s / %s / %s |\n", what, nodes, r.Commands, r.InFlight,
+			r.Seconds, f0(r.PerSec), r.Rejected, perCmd, f1(r.CPU["postgres"]), f1(r.CPU["nats-server"]), f1(r.CPU["scheduler"]), f1(r.CPU["bench"]))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Each command is one schedule_job with one one-shot trigger due in a day. cmd: commands/s = N / (first publish → CommandAccepted seen for all);"+
 		" api: N / (first request → last reply). Scheduler processes are the built binaries; nats-server is its own process.")
+	fmt.Fprintln(w)
+	for _, r := range results {
+		if len(r.Statements) > 0 {
+			fmt.Fprintf(w, "%s, %d node(s): ", r.Path, r.Nodes)
+			writeStatements(w, r.Statements, "command")
+		}
+	}
 }

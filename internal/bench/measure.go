@@ -108,13 +108,14 @@ type Failover struct {
 	FiredByKilledAfter    int     `json:"firedByKilledDueAfterKill"`
 }
 
-// Statement is one line of pg_stat_statements over the measured interval.
+// Statement is one line of pg_stat_statements over the measured interval. CallsPer is its calls
+// per fire (workloads) or per command (intake).
 type Statement struct {
-	Query        string  `json:"query"`
-	Calls        int64   `json:"calls"`
-	TotalMs      float64 `json:"totalMs"`
-	Rows         int64   `json:"rows"`
-	CallsPerFire float64 `json:"callsPerFire"`
+	Query    string  `json:"query"`
+	Calls    int64   `json:"calls"`
+	TotalMs  float64 `json:"totalMs"`
+	Rows     int64   `json:"rows"`
+	CallsPer float64 `json:"callsPer"`
 }
 
 // topStatementsN is how many statements the report lists per workload.
@@ -179,8 +180,8 @@ func (b *bench) resetStatements(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // topStatements lists the workload database's statements by total execution time, the bench's
-// own reads left out.
-func (b *bench) topStatements(ctx context.Context, conn *pgx.Conn, fires int) ([]Statement, error) {
+// own reads left out, with their calls per unit (fires or commands).
+func (b *bench) topStatements(ctx context.Context, conn *pgx.Conn, units int) ([]Statement, error) {
 	if !b.inf.statements {
 		return nil, nil
 	}
@@ -200,8 +201,8 @@ func (b *bench) topStatements(ctx context.Context, conn *pgx.Conn, fires int) ([
 		}
 		s.Query = sqlText(s.Query)
 		s.TotalMs = round1(s.TotalMs)
-		if fires > 0 {
-			s.CallsPerFire = float64(s.Calls) / float64(fires)
+		if units > 0 {
+			s.CallsPer = float64(s.Calls) / float64(units)
 		}
 		out = append(out, s)
 	}

@@ -149,19 +149,26 @@ func writeDetails(w io.Writer, r Result) {
 		}
 		fmt.Fprintln(w)
 	}
-	if len(r.Statements) > 0 {
-		fmt.Fprintln(w, "Top statements (pg_stat_statements, by total time):")
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| calls | total ms | rows | calls/fire | query |")
-		fmt.Fprintln(w, "|---|---|---|---|---|")
-		for _, s := range r.Statements {
-			fmt.Fprintf(w, "| %d | %s | %d | %.3f | `%s` |\n", s.Calls, f1(s.TotalMs), s.Rows, s.CallsPerFire, shorten(s.Query, 140))
-		}
-		fmt.Fprintln(w)
-	}
+	writeStatements(w, r.Statements, "fire")
 	if len(r.Profiles) > 0 {
 		fmt.Fprintf(w, "CPU profiles: %s\n\n", strings.Join(r.Profiles, ", "))
 	}
+}
+
+// writeStatements writes the top statements of a measurement, with their calls per unit ("fire"
+// or "command").
+func writeStatements(w io.Writer, statements []Statement, unit string) {
+	if len(statements) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Top statements (pg_stat_statements, by total time):")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "| calls | total ms | rows | calls/%s | query |\n", unit)
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, s := range statements {
+		fmt.Fprintf(w, "| %d | %s | %d | %.3f | `%s` |\n", s.Calls, f1(s.TotalMs), s.Rows, s.CallsPer, shorten(s.Query, 140))
+	}
+	fmt.Fprintln(w)
 }
 
 // cpuSplit lists the CPU seconds per process, in a fixed order: postgres, nats-server,
