@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -38,5 +39,37 @@ func TestDecodeReadsWhatMessageWrites(t *testing.T) {
 				t.Errorf("%s accepted %s", name, bad)
 			}
 		}
+	}
+}
+
+// AppendJSON writes the bytes encoding/json writes for an envelope whose data is compact, with
+// every kind of character encoding/json escapes, and fails where encoding/json fails.
+func TestAppendJSONIsEncodingJSON(t *testing.T) {
+	awkward := "a\"b\\c\n\r\t\x00\x1f<>&\u2028\u2029é😀\xff\xfe end"
+	for _, env := range []Envelope{
+		{SpecVersion: "1.0", ID: "id", Type: "t", Source: "s", Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC),
+			DataContentType: "application/json", Data: json.RawMessage(`{"a":[1,"x"]}`)},
+		{SpecVersion: "1.0", ID: awkward, Type: awkward, Source: awkward, Time: time.Date(1, 1, 1, 0, 0, 0, 0, time.FixedZone("x", 3600)),
+			Subject: awkward, DataContentType: awkward, Data: json.RawMessage(`"` + "x" + `"`), TraceParent: awkward},
+		{SpecVersion: "1.0", ID: "id", Time: time.Now()},
+	} {
+		want, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := env.AppendJSON([]byte("prefix"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != "prefix"+string(want) {
+			t.Errorf("AppendJSON\n got %s\nwant prefix%s", got, want)
+		}
+	}
+	env := Envelope{ID: "id", Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), Data: json.RawMessage(`{}`)}
+	if _, err := json.Marshal(env); err == nil {
+		t.Fatal("encoding/json accepted the year 10000")
+	}
+	if _, err := env.AppendJSON(nil); err == nil {
+		t.Error("AppendJSON accepted the year 10000")
 	}
 }
