@@ -109,7 +109,7 @@ func (g *gatherer) maxOf(key int) int {
 // zero, orders the commands of a batch (the stream sequence of a durable command, so a node
 // applies them in stream order); ctx is the batch's when the caller leads it.
 func (g *gatherer) do(ctx context.Context, req Request, seq uint64) Outcome {
-	it := g.h.prepare(ctx, req)
+	it := g.h.read.read(ctx, req)
 	key := g.batchKey(it)
 	g.mu.Lock()
 	b := g.open[key]

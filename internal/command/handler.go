@@ -77,6 +77,7 @@ type Handler struct {
 	v      *validator
 	tracer trace.Tracer
 	gather *gatherer // of the durable consumer's commands and Apply's
+	read   *readers  // run prepare for the gatherer's callers
 
 	metrics metrics
 }
@@ -97,7 +98,7 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{cfg: cfg, pool: pool, outbox: ob, v: v, tracer: telemetry.Tracer("command"), metrics: newMetrics(nil)}
-	h.gather = newGatherer(h)
+	h.gather, h.read = newGatherer(h), newReaders(h)
 	return h, nil
 }
 
@@ -174,8 +175,8 @@ type item struct {
 }
 
 // prepare takes a request as far as it goes without the database: size, JSON syntax, id,
-// command name, JSON Schema and decoding. It runs on the caller's goroutine, so that commands
-// gathered from concurrent callers are decoded in parallel.
+// command name, JSON Schema and decoding. The gatherer's callers have it run by readers, so
+// that commands gathered from concurrent callers are decoded in parallel, on grown stacks.
 func (h *Handler) prepare(ctx context.Context, r Request) *item {
 	rctx := r.Ctx
 	if rctx == nil {
