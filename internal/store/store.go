@@ -61,6 +61,10 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "agate"
 	}
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		EncodeUUIDsAsBytes(conn.TypeMap())
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", redact(cfg.ConnConfig), err)
