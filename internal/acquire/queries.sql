@@ -27,4 +27,10 @@ where t.ctid = any(array(select tid from c)) and t.ctid = c.tid
 returning t.trigger_group, t.trigger_name;
 
 -- name: NextWaiting
-select min(next_fire_time) from triggers where sched_name = $1 and state = 'WAITING';
+-- The first entry of triggers_acquire, NULL when none. Not min(next_fire_time): on a table not
+-- analyzed since it grew, the planner took min() over every WAITING trigger of the namespace
+-- (14 ms for 30,000 while commands came in) instead of the index's first entry.
+select (select next_fire_time from triggers
+        where sched_name = $1 and state = 'WAITING' and next_fire_time is not null
+        order by next_fire_time
+        limit 1);

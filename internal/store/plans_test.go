@@ -74,6 +74,7 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		{"fire LoadForFire", fire.Get("LoadForFire"), []any{ns, groups, names}},
 		{"fire UpdateTriggers", fire.Get("UpdateTriggers"), []any{ns, groups, names, texts, times, times, ints, times, texts}},
 		{"fire BlockOthers", fire.Get("BlockOthers"), []any{ns, groups, jobs}},
+		{"acquire NextWaiting", acquire.Get("NextWaiting"), []any{ns}},
 		{"acquire MarkAcquired", acquire.Get("MarkAcquired"), []any{ns, groups, names, times}},
 		{"store ReleaseBlocked", own.Get("ReleaseBlocked"), []any{ns, groups, jobs}},
 		{"store DeleteCompleteTriggers", own.Get("DeleteCompleteTriggers"), []any{ns, groups, names, texts}},
