@@ -113,6 +113,7 @@ run:
 	type accepted struct {
 		cand candidate
 		out  Outcome
+		enc  json.RawMessage // out, encoded
 		rows []triggerRow
 	}
 	var acc []accepted
@@ -136,7 +137,7 @@ run:
 		}
 		seenIDs, outcomes = append(seenIDs, cd.it.id), append(outcomes, string(enc))
 		j.add(cd.it.id, cd.c.Job, cd.tmo)
-		acc = append(acc, accepted{cand: cd, out: out, rows: rows})
+		acc = append(acc, accepted{cand: cd, out: out, enc: enc, rows: rows})
 	}
 	if len(acc) == 0 {
 		return nil, nil
@@ -173,7 +174,7 @@ run:
 					return err
 				}
 			}
-			if err := a.event(events.TypeCommandAccepted, events.AggregateCommand, it.id, "command", x.out); err != nil {
+			if err := a.event(events.TypeCommandAccepted, events.AggregateCommand, it.id, "command", x.enc); err != nil {
 				return err
 			}
 			it.out, it.due = x.out, a.due

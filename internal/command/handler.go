@@ -446,8 +446,10 @@ var errDuplicate = errors.New("the same command id is being applied by another n
 // record remembers a final outcome under the command id and appends the command's events,
 // its outcome's last, in tx.
 func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []byte) error {
+	var enc json.RawMessage
 	if out.CommandID != "" && (out.Error == nil || out.Error.Final()) {
-		enc, err := json.Marshal(out)
+		var err error
+		enc, err = json.Marshal(out)
 		if err != nil {
 			return fmt.Errorf("encoding outcome: %w", err)
 		}
@@ -460,6 +462,9 @@ func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []b
 		}
 	}
 	typ, data := events.TypeCommandAccepted, any(out)
+	if enc != nil {
+		data = enc
+	}
 	if !out.OK {
 		// The published event says which body was rejected (size and hash), not what it held:
 		// other producers may read the subject. The body itself stays in the database.

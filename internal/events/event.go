@@ -84,11 +84,15 @@ type Event struct {
 	TraceState  string
 }
 
-// New builds an event with a fresh UUID v7 id and data marshalled from v.
+// New builds an event with a fresh UUID v7 id and data marshalled from v; a json.RawMessage is
+// taken as it is (its caller encoded it, often for a row of its own as well).
 func New(typ, source, aggregate, aggregateID, topic string, now time.Time, v any) (Event, error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return Event{}, fmt.Errorf("encoding %s event: %w", typ, err)
+	data, ok := v.(json.RawMessage)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(v); err != nil {
+			return Event{}, fmt.Errorf("encoding %s event: %w", typ, err)
+		}
 	}
 	return Event{
 		ID: uuid.Must(uuid.NewV7()), Type: typ, Source: source, Subject: aggregateID, Time: now.UTC(),
