@@ -146,11 +146,7 @@ run:
 	done := map[*item]bool{}
 	err = tx.Savepoint(ctx, func(sp *outbox.Tx) error {
 		args := append([]any{h.cfg.Namespace, seenIDs, outcomes}, j.args()...)
-		rows, err := sp.Query(ctx, queries.Get("BulkSchedule"), append(args, t.args()...)...)
-		if err != nil {
-			return fmt.Errorf("storing %d scheduled jobs: %w", len(acc), err)
-		}
-		remembered, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		remembered, err := store.CollectGeneric(ctx, sp, pgx.RowTo[string], queries.Get("BulkSchedule"), append(args, t.args()...)...)
 		if err != nil {
 			return fmt.Errorf("storing %d scheduled jobs: %w", len(acc), err)
 		}

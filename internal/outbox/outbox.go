@@ -201,12 +201,24 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 		ids[i], types[i], sources[i], aggs[i], aggIDs[i] = e.ID, e.Type, e.Source, e.Aggregate, e.AggregateID
 		topics[i], times[i], datas[i], traces[i] = e.Topic, e.Time, string(e.Data), e.TraceParent
 	}
-	var xid uint64
-	err := tx.QueryRow(ctx, queries.Get(query), namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces).Scan(&xid)
+	args := []any{namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces}
+	var xids []uint64
+	var err error
+	if query == "Append" {
+		xids, err = store.CollectGeneric(ctx, tx, pgx.RowTo[uint64], queries.Get(query), args...)
+	} else { // AppendFromBus probes the log for each id: custom plans, as everything that reads
+		var rows pgx.Rows
+		if rows, err = tx.Query(ctx, queries.Get(query), args...); err == nil {
+			xids, err = pgx.CollectRows(rows, pgx.RowTo[uint64])
+		}
+	}
+	if err == nil && len(xids) != 1 {
+		err = fmt.Errorf("got %d transaction ids", len(xids))
+	}
 	if err != nil {
 		return 0, fmt.Errorf("appending %d events to the log: %w", n, err)
 	}
-	return xid, nil
+	return xids[0], nil
 }
 
 // enqueue hands committed events with a topic to the publisher without waiting. When there are

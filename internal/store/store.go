@@ -56,7 +56,8 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	// commands on one node took 37 s instead of 10. The price is planning at every execution,
 	// foreign-key checks included (deleting 500 finished jobs: 17.8 ms in the check instead of
 	// 6.3 ms); the hot statements' shapes keep even custom plans from scanning
-	// (TestHotStatementsProbeKeysOnTablesNeverAnalyzed).
+	// (TestHotStatementsProbeKeysOnTablesNeverAnalyzed). Inserts from array parameters, which
+	// read no table, keep a generic plan instead (CollectGeneric).
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "agate"

@@ -1,0 +1,45 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Generic plans. Open has every statement planned with its actual parameters
+// (force_custom_plan), because a plan cached while a table was nearly empty went on scanning it
+// as it grew. A statement that only inserts the rows of its array parameters (INSERT … SELECT
+// FROM unnest(…)) reads no table whose size could change its plan, so it is planned once per
+// connection instead: planning the bulk intake's insert took 0.17 ms a batch, and the log's
+// 0.06 ms, a quarter of their time.
+const (
+	setGeneric = "set local plan_cache_mode = force_generic_plan"
+	setCustom  = "set local plan_cache_mode = force_custom_plan"
+)
+
+// CollectGeneric runs sql, an insert from array parameters, with a generic plan and collects
+// its rows with fn (pgx.CollectRows's). The plan mode is set around it in the same round trip.
+func CollectGeneric[T any](ctx context.Context, tx pgx.Tx, fn pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	b := &pgx.Batch{}
+	b.Queue(setGeneric)
+	b.Queue(sql, args...)
+	b.Queue(setCustom)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("choosing a generic plan: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, fn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("choosing custom plans again: %w", err)
+	}
+	return out, br.Close()
+}

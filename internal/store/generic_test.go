@@ -1,0 +1,53 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/store"
+)
+
+// CollectGeneric returns the statement's rows and leaves the transaction planning with custom
+// plans again, also when the statement failed inside a savepoint that was rolled back.
+func TestCollectGenericLeavesCustomPlans(t *testing.T) {
+	ctx := t.Context()
+	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	mode := func(tx pgx.Tx) string {
+		var m string
+		if err := tx.QueryRow(ctx, "show plan_cache_mode").Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	err = store.InTx(ctx, pool, func(tx pgx.Tx) error {
+		got, err := store.CollectGeneric(ctx, tx, pgx.RowTo[int32], "select x from unnest($1::int4[]) x", []int32{3, 1, 2})
+		if err != nil || len(got) != 3 || got[0] != 3 || got[2] != 2 {
+			t.Errorf("rows %v, error %v", got, err)
+		}
+		if m := mode(tx); m != "force_custom_plan" {
+			t.Errorf("after the statement: plan_cache_mode %s", m)
+		}
+		if _, err := tx.Exec(ctx, "savepoint s"); err != nil {
+			return err
+		}
+		if _, err := store.CollectGeneric(ctx, tx, pgx.RowTo[int32], "select 1 / x from unnest($1::int4[]) x", []int32{0}); err == nil {
+			t.Error("division by zero succeeded")
+		}
+		if _, err := tx.Exec(ctx, "rollback to savepoint s"); err != nil {
+			return err
+		}
+		if m := mode(tx); m != "force_custom_plan" {
+			t.Errorf("after a failed statement rolled back: plan_cache_mode %s", m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
