@@ -76,7 +76,7 @@ func InsertFired(ctx context.Context, tx pgx.Tx, namespace, instanceID, state st
 		ids[i], tg[i], tn[i], jg[i], jn[i] = c.FireID, c.TriggerGroup, c.TriggerName, c.JobGroup, c.JobName
 		sched[i], nc[i], rr[i], prio[i], epochs[i] = c.SchedTime, c.Nonconcurrent, c.RequestsRecovery, int32(c.Priority), c.Epoch
 	}
-	_, err := tx.Exec(ctx, queries.Get("InsertFired"),
+	err := ExecGeneric(ctx, tx, queries.Get("InsertFired"),
 		namespace, instanceID, now, state, ids, tg, tn, jg, jn, sched, nc, rr, prio, epochs)
 	if err != nil {
 		return fmt.Errorf("inserting %d fired-trigger rows: %w", n, err)

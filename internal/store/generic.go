@@ -21,6 +21,27 @@ const (
 // CollectGeneric runs sql, an insert from array parameters, with a generic plan and collects
 // its rows with fn (pgx.CollectRows's). The plan mode is set around it in the same round trip.
 func CollectGeneric[T any](ctx context.Context, tx pgx.Tx, fn pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	var out []T
+	err := generic(ctx, tx, sql, args, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, fn)
+		return err
+	})
+	return out, err
+}
+
+// ExecGeneric is CollectGeneric for a statement that returns no rows.
+func ExecGeneric(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+	return generic(ctx, tx, sql, args, func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		return err
+	})
+}
+
+func generic(ctx context.Context, tx pgx.Tx, sql string, args []any, read func(pgx.BatchResults) error) error {
 	b := &pgx.Batch{}
 	b.Queue(setGeneric)
 	b.Queue(sql, args...)
@@ -28,18 +49,13 @@ func CollectGeneric[T any](ctx context.Context, tx pgx.Tx, fn pgx.RowToFunc[T], 
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("choosing a generic plan: %w", err)
+		return fmt.Errorf("choosing a generic plan: %w", err)
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	out, err := pgx.CollectRows(rows, fn)
-	if err != nil {
-		return nil, err
+	if err := read(br); err != nil {
+		return err
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("choosing custom plans again: %w", err)
+		return fmt.Errorf("choosing custom plans again: %w", err)
 	}
-	return out, br.Close()
+	return br.Close()
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/agatesched/agate/internal/store"
 )
 
-// CollectGeneric returns the statement's rows and leaves the transaction planning with custom
+// CollectGeneric returns the statement's rows, ExecGeneric runs one, and leaves the transaction planning with custom
 // plans again, also when the statement failed inside a savepoint that was rolled back.
 func TestCollectGenericLeavesCustomPlans(t *testing.T) {
 	ctx := t.Context()
@@ -32,6 +32,12 @@ func TestCollectGenericLeavesCustomPlans(t *testing.T) {
 		}
 		if m := mode(tx); m != "force_custom_plan" {
 			t.Errorf("after the statement: plan_cache_mode %s", m)
+		}
+		if err := store.ExecGeneric(ctx, tx, "select x from unnest($1::int4[]) x", []int32{1}); err != nil {
+			t.Errorf("ExecGeneric: %v", err)
+		}
+		if m := mode(tx); m != "force_custom_plan" {
+			t.Errorf("after ExecGeneric: plan_cache_mode %s", m)
 		}
 		if _, err := tx.Exec(ctx, "savepoint s"); err != nil {
 			return err
