@@ -141,6 +141,7 @@ func (g *gatherer) lead(ctx context.Context, key int, b *gathering) {
 					Message: "the scheduler failed to apply the command (its log says why); the id is not remembered, so the command may be sent again"}}
 			}
 		}
+		g.h.metrics.answered(ctx, b.items)
 		close(b.done)
 	}()
 	t := time.NewTimer(g.wait)

@@ -147,6 +147,7 @@ func (h *Handler) HandleBatch(ctx context.Context, reqs []Request) []Outcome {
 		items[i] = h.prepare(ctx, r)
 	}
 	h.run(ctx, items)
+	h.metrics.answered(ctx, items)
 	outs := make([]Outcome, len(items))
 	for i, it := range items {
 		outs[i] = h.finish(it, len(items))
@@ -197,9 +198,8 @@ func (h *Handler) prepare(ctx context.Context, r Request) *item {
 	return it
 }
 
-// finish ends the item's span, counts its outcome and returns it.
+// finish ends the item's span and returns its outcome (which the batch's runner counted).
 func (h *Handler) finish(it *item, batch int) Outcome {
-	h.metrics.answered(it.ctx, it.cmd, it.out)
 	if it.span.IsRecording() {
 		it.span.SetAttributes(telemetry.MessagingNATS, attribute.String("messaging.operation.type", telemetry.OpProcess),
 			telemetry.DBPostgres, attribute.String("agate.namespace", h.cfg.Namespace),
@@ -544,5 +544,6 @@ func (h *Handler) GiveUp(ctx context.Context, cmd string, body []byte, deliverie
 	it.early = &Error{Code: CodeInternal,
 		Message: fmt.Sprintf("the scheduler failed to apply this command %d times (%s); it was given up", deliveries, last.Message)}
 	h.run(ctx, []*item{it})
+	h.metrics.answered(ctx, []*item{it})
 	h.finish(it, 1)
 }

@@ -41,21 +41,29 @@ func newMetrics(mp metric.MeterProvider) metrics {
 			"commands the scheduler does not know are counted as unknown)")}
 }
 
-// answered counts a command's outcome.
-func (m metrics) answered(ctx context.Context, cmd string, out Outcome) {
-	code := codeOK
-	if out.Error != nil {
-		code = out.Error.Code
+// answered counts the outcomes of a batch's commands, one Add per command name and code: the
+// SDK's work per Add (its attribute handling) was 6 % of a scheduler's CPU at one per command.
+func (m metrics) answered(ctx context.Context, items []*item) {
+	type series struct{ cmd, code string }
+	counts := map[series]int64{}
+	for _, it := range items {
+		code := codeOK
+		if it.out.Error != nil {
+			code = it.out.Error.Code
+		}
+		counts[series{it.cmd, code}]++
 	}
-	byCode, ok := commandAttrs[cmd]
-	if !ok {
-		cmd, byCode = "unknown", commandAttrs["unknown"]
+	for s, n := range counts {
+		byCode, ok := commandAttrs[s.cmd]
+		if !ok {
+			s.cmd, byCode = "unknown", commandAttrs["unknown"]
+		}
+		o, ok := byCode[s.code]
+		if !ok { // a code added without its set: counted all the same
+			o = telemetry.Attrs(attribute.String("command", s.cmd), attribute.String("code", s.code))
+		}
+		m.commands.Add(ctx, n, o)
 	}
-	o, ok := byCode[code]
-	if !ok { // a code added without its set: counted all the same
-		o = telemetry.Attrs(attribute.String("command", cmd), attribute.String("code", code))
-	}
-	m.commands.Add(ctx, 1, o)
 }
 
 // SetMeterProvider has the handler record its metrics with mp (nil: the global provider). Call
