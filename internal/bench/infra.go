@@ -138,6 +138,21 @@ func (inf *infra) dbURL(name string) (string, error) {
 	return u.String(), nil
 }
 
+// checkpoint runs CHECKPOINT before a measurement, so that it does not pay for flushing the
+// pages the one before it dirtied (a checkpoint that started during an intake measurement cost
+// it about 10 %). A server where the bench's role may not (PostgreSQL 15: superuser or
+// pg_checkpoint) is measured without, with a warning.
+func (inf *infra) checkpoint(ctx context.Context, log *slog.Logger) {
+	conn, err := pgx.Connect(ctx, inf.baseURL)
+	if err == nil {
+		defer conn.Close(context.WithoutCancel(ctx))
+		_, err = conn.Exec(ctx, "checkpoint")
+	}
+	if err != nil {
+		log.Warn("no CHECKPOINT before the measurement: figures may include flushing the previous one's writes", "error", err)
+	}
+}
+
 // createDB creates a fresh database for one workload (with pg_stat_statements when the server
 // loads it) and returns its URL.
 func (inf *infra) createDB(ctx context.Context, name string, settings []string) (string, error) {

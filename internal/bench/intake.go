@@ -98,6 +98,7 @@ func (b *bench) runIntake(ctx context.Context, nodes int) ([]IntakeResult, error
 	var results []IntakeResult
 	for _, path := range []string{"cmd", "api"} {
 		n := b.o.IntakeN
+		b.inf.checkpoint(ctx, log)
 		if err := b.resetStatements(ctx, admin); err != nil {
 			return nil, err
 		}
@@ -461,6 +462,7 @@ func (b *bench) runRiver(ctx context.Context) (IntakeResult, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return IntakeResult{}, fmt.Errorf("building %s: %w\n%s", dir, err, out)
 	}
+	b.inf.checkpoint(ctx, b.log)
 	before := cpuSeconds(pids)
 	out, err := exec.CommandContext(ctx, exe, "--mode", "insert", "--database-url", dbURL, "--n", strconv.Itoa(b.o.IntakeN),
 		"--batch", "1000", "--concurrency", "2").Output()
