@@ -63,17 +63,25 @@ func TestApply(t *testing.T) {
 	onceFire := executing(t, f, key("once-t"), key("once"), store.StateComplete, false)
 	f.Job(t, key("flaky"), false)
 	flakyFire := executing(t, f, key("flaky-t"), key("flaky"), store.StateWaiting, false)
+	// A job whose one trigger repeats, and one with a trigger left when the other completes: both stay.
+	f.Job(t, key("rep"), false)
+	repFire := executing(t, f, key("rep-t"), key("rep"), store.StateWaiting, false)
+	f.Job(t, key("pair"), false)
+	pairFire := executing(t, f, key("pair-a"), key("pair"), store.StateComplete, false)
+	f.Trigger(t, key("pair-b"), key("pair"), testenv.Repeating(time.Minute), t0)
 
 	outs := []complete.Outcome{
 		outcome(t, events.TypeJobCompleted, ncFire, key("nc"), false),
 		outcome(t, events.TypeJobCompleted, onceFire, key("once"), false),
 		outcome(t, events.TypeJobFailed, flakyFire, key("flaky"), false),
+		outcome(t, events.TypeJobCompleted, repFire, key("rep"), false),
+		outcome(t, events.TypeJobCompleted, pairFire, key("pair"), false),
 	}
 	got, err := c.Apply(t.Context(), outs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (complete.Applied{Ended: 2, Released: 2}); got != want {
+	if want := (complete.Applied{Ended: 4, Released: 2}); got != want {
 		t.Fatalf("applied %+v, want %+v", got, want)
 	}
 	select {
@@ -81,13 +89,17 @@ func TestApply(t *testing.T) {
 	default:
 		t.Fatal("releasing triggers did not wake the acquire loop")
 	}
-	for k, want := range map[string]string{"nc-a": store.StateWaiting, "nc-b": store.StatePaused, "once-t": "", "flaky-t": store.StateWaiting} {
+	for k, want := range map[string]string{"nc-a": store.StateWaiting, "nc-b": store.StatePaused, "once-t": "", "flaky-t": store.StateWaiting,
+		"rep-t": store.StateWaiting, "pair-a": "", "pair-b": store.StateWaiting} {
 		if got := f.State(t, key(k)); got != want {
 			t.Errorf("trigger %s is %q, want %q", k, got, want)
 		}
 	}
 	if n := f.Count(t, `select count(*) from job_details where sched_name = $1 and job_name = 'once'`); n != 0 {
 		t.Error("the finished one-shot's non-durable job was not deleted")
+	}
+	if n := f.Count(t, `select count(*) from job_details where sched_name = $1 and job_name in ('rep', 'pair')`); n != 2 {
+		t.Errorf("%d of the jobs with a trigger left are there, want 2", n)
 	}
 	if n := f.Count(t, `select count(*) from fired_triggers where sched_name = $1`); n != 1 {
 		t.Errorf("%d fired rows left, want only the retrying one", n)

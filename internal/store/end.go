@@ -92,28 +92,44 @@ func releaseBlocked(ctx context.Context, tx pgx.Tx, namespace string, ended map[
 }
 
 // deleteFinished deletes the COMPLETE triggers of the ended executions and the jobs they leave
-// without triggers, and returns a TriggerCompleted or JobDeleted event for each.
+// without triggers, and returns a TriggerCompleted or JobDeleted event for each. Only the jobs
+// of the triggers deleted here can be left without one: every other step that deletes a
+// trigger (unschedule_trigger, delete_job, recovery's repairs) deletes the job it orphans
+// itself. So repeating triggers, which do not complete, cost no probe of their jobs.
 func deleteFinished(ctx context.Context, tx pgx.Tx, origin events.Origin, ended map[uuid.UUID]Ended, now time.Time) ([]events.Event, error) {
-	var tg, tn, states, jg, jn []string
+	var tg, tn, states []string
 	for _, e := range ended {
 		tg, tn, states = append(tg, e.Trigger.Group), append(tn, e.Trigger.Name), append(states, StateComplete)
-		jg, jn = append(jg, e.Job.Group), append(jn, e.Job.Name)
 	}
 	rows, err := tx.Query(ctx, queries.Get("DeleteCompleteTriggers"), origin.Namespace, tg, tn, states)
 	if err != nil {
 		return nil, fmt.Errorf("deleting completed triggers: %w", err)
 	}
-	completed, err := pgx.CollectRows(rows, ScanKey)
+	type deleted struct{ trigger, job events.Key }
+	completed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (deleted, error) {
+		var d deleted
+		err := row.Scan(&d.trigger.Group, &d.trigger.Name, &d.job.Group, &d.job.Name)
+		return d, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("deleting completed triggers: %w", err)
 	}
 	evs := make([]events.Event, 0, len(completed))
-	for _, k := range completed {
-		ev, err := origin.Trigger(events.TypeTriggerCompleted, k, now, map[string]any{"trigger": k})
+	var jg, jn []string
+	seen := make(map[events.Key]bool, len(completed))
+	for _, d := range completed {
+		ev, err := origin.Trigger(events.TypeTriggerCompleted, d.trigger, now, map[string]any{"trigger": d.trigger})
 		if err != nil {
 			return nil, err
 		}
 		evs = append(evs, ev)
+		if !seen[d.job] {
+			seen[d.job] = true
+			jg, jn = append(jg, d.job.Group), append(jn, d.job.Name)
+		}
+	}
+	if len(jg) == 0 {
+		return evs, nil
 	}
 	rows, err = tx.Query(ctx, queries.Get("DeleteFinishedJobs"), origin.Namespace, jg, jn)
 	if err != nil {

@@ -102,7 +102,7 @@ using unnest($2::text[], $3::text[], $4::text[]) as c(g, n, state)
 cross join lateral (select ctid as tid from triggers x
                     where x.sched_name = $1 and x.trigger_group = c.g and x.trigger_name = c.n limit 1) k
 where t.ctid = k.tid and t.state = c.state
-returning t.trigger_group, t.trigger_name;
+returning t.trigger_group, t.trigger_name, t.job_group, t.job_name;
 
 -- name: DeleteFinishedJobs
 -- A non-durable job with no trigger left goes too (Quartz's removeTrigger).
