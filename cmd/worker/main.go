@@ -159,7 +159,9 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		nc.Close()
 	}()
-	js, err := jetstream.New(nc)
+	// A completion whose acknowledgement never comes is given up after 10 s and published again
+	// (worker.publish retries); the timeout frees its place among the awaited ones.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
 	}
