@@ -2,6 +2,7 @@ package acquire_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -87,6 +88,38 @@ func TestRunOnceSplitsDueAndAhead(t *testing.T) {
 		// A second pass finds nothing new: the ahead trigger is claimed.
 		if res, err := a.RunOnce(t.Context()); err != nil || len(h.later) != 1 {
 			t.Fatalf("second pass: %+v, %v; queued %d claims, want still 1", res, err, len(h.later))
+		}
+	}
+}
+
+// A partition whose fire-ahead window holds a full batch is in a heavy flow: its passes claim
+// nothing ahead (no ACQUIRED row, nothing queued) and fire what is due, until the flow is light.
+func TestRunOnceFiresAHeavyFlowWhenDue(t *testing.T) {
+	f, clock, h, a := setup(t, 1) // Batch 10, FireAhead 1s
+	f.Job(t, key("j"), false)
+	for i := range 12 {
+		f.Trigger(t, key(fmt.Sprint("t", i)), key("j"), testenv.Repeating(time.Hour), t0.Add(time.Duration(i+1)*80*time.Millisecond))
+	}
+	res, err := a.RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Direct || res.Claimed != 0 || len(h.later) != 0 || len(h.now) != 0 {
+		t.Fatalf("pass over a full window: %+v, queued %d, fired %d; want a heavy flow, nothing claimed", res, len(h.later), len(h.now))
+	}
+	if n := f.Count(t, `select count(*) from triggers where sched_name = $1 and state <> 'WAITING'`); n != 0 {
+		t.Fatalf("%d triggers left WAITING's state, want none", n)
+	}
+	clock.Set(t0.Add(410 * time.Millisecond))
+	if res, err = a.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Direct || len(h.later) != 0 || len(h.now) != 5 || res.FiredNow != 5 {
+		t.Fatalf("pass in the heavy flow: %+v, queued %d, fired %d; want the 5 due fired, nothing queued", res, len(h.later), len(h.now))
+	}
+	for _, c := range h.now {
+		if c.Ahead || c.SchedTime.After(t0.Add(410*time.Millisecond)) {
+			t.Errorf("fired %s due %s, ahead %v: want only due claims", c.Trigger(), c.SchedTime, c.Ahead)
 		}
 	}
 }
