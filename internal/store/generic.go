@@ -11,8 +11,8 @@ import (
 // (force_custom_plan), because a plan cached while a table was nearly empty went on scanning it
 // as it grew. A statement that only inserts the rows of its array parameters (INSERT … SELECT
 // FROM unnest(…)) reads no table whose size could change its plan, so it is planned once per
-// connection instead: planning the bulk intake's insert took 0.17 ms a batch, and the log's
-// 0.06 ms, a quarter of their time.
+// connection instead: planning the bulk intake's insert took 0.17 ms of its 0.85 ms a batch,
+// and the log's 0.06 ms of 0.82.
 const (
 	setGeneric = "set local plan_cache_mode = force_generic_plan"
 	setCustom  = "set local plan_cache_mode = force_custom_plan"
