@@ -202,23 +202,17 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 		topics[i], times[i], datas[i], traces[i] = e.Topic, e.Time, string(e.Data), e.TraceParent
 	}
 	args := []any{namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces}
-	var xids []uint64
+	var xid uint64
 	var err error
 	if query == "Append" {
-		xids, err = store.CollectGeneric(ctx, tx, pgx.RowTo[uint64], queries.Get(query), args...)
+		err = store.ScanGeneric(ctx, tx, []any{&xid}, queries.Get(query), args...)
 	} else { // AppendFromBus probes the log for each id: custom plans, as everything that reads
-		var rows pgx.Rows
-		if rows, err = tx.Query(ctx, queries.Get(query), args...); err == nil {
-			xids, err = pgx.CollectRows(rows, pgx.RowTo[uint64])
-		}
-	}
-	if err == nil && len(xids) != 1 {
-		err = fmt.Errorf("got %d transaction ids", len(xids))
+		err = tx.QueryRow(ctx, queries.Get(query), args...).Scan(&xid)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("appending %d events to the log: %w", n, err)
 	}
-	return xids[0], nil
+	return xid, nil
 }
 
 // enqueue hands committed events with a topic to the publisher without waiting. When there are

@@ -33,6 +33,11 @@ func CollectGeneric[T any](ctx context.Context, tx pgx.Tx, fn pgx.RowToFunc[T], 
 	return out, err
 }
 
+// ScanGeneric is CollectGeneric for a statement that returns one row, scanned into dest.
+func ScanGeneric(ctx context.Context, tx pgx.Tx, dest []any, sql string, args ...any) error {
+	return generic(ctx, tx, sql, args, func(br pgx.BatchResults) error { return br.QueryRow().Scan(dest...) })
+}
+
 // ExecGeneric is CollectGeneric for a statement that returns no rows.
 func ExecGeneric(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
 	return generic(ctx, tx, sql, args, func(br pgx.BatchResults) error {

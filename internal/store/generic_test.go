@@ -9,7 +9,7 @@ import (
 	"github.com/agatesched/agate/internal/store"
 )
 
-// CollectGeneric returns the statement's rows, ExecGeneric runs one, and leaves the transaction planning with custom
+// CollectGeneric returns the statement's rows, ScanGeneric its row, ExecGeneric runs one, and leaves the transaction planning with custom
 // plans again, also when the statement failed inside a savepoint that was rolled back.
 func TestCollectGenericLeavesCustomPlans(t *testing.T) {
 	ctx := t.Context()
@@ -32,6 +32,10 @@ func TestCollectGenericLeavesCustomPlans(t *testing.T) {
 		}
 		if m := mode(tx); m != "force_custom_plan" {
 			t.Errorf("after the statement: plan_cache_mode %s", m)
+		}
+		var one int32
+		if err := store.ScanGeneric(ctx, tx, []any{&one}, "select x from unnest($1::int4[]) x", []int32{7}); err != nil || one != 7 {
+			t.Errorf("ScanGeneric: %d, %v", one, err)
 		}
 		if err := store.ExecGeneric(ctx, tx, "select x from unnest($1::int4[]) x", []int32{1}); err != nil {
 			t.Errorf("ExecGeneric: %v", err)
