@@ -16,9 +16,9 @@ func EncodeUUIDsAsBytes(m *pgtype.Map) {
 func wrapUUID(v any) (pgtype.WrappedEncodePlanNextSetter, any, bool) {
 	switch v := v.(type) {
 	case uuid.UUID:
-		return &uuidPlan{}, [16]byte(v), true
+		return &convertPlan{convert: func(v any) any { return [16]byte(v.(uuid.UUID)) }}, [16]byte(v), true
 	case []uuid.UUID:
-		return &uuidSlicePlan{}, uuidBytes(v), true
+		return &convertPlan{convert: func(v any) any { return uuidBytes(v.([]uuid.UUID)) }}, uuidBytes(v), true
 	}
 	return nil, nil, false
 }
@@ -34,18 +34,14 @@ func uuidBytes(ids []uuid.UUID) [][16]byte {
 	return out
 }
 
-type uuidPlan struct{ next pgtype.EncodePlan }
-
-func (p *uuidPlan) SetNext(next pgtype.EncodePlan) { p.next = next }
-
-func (p *uuidPlan) Encode(v any, buf []byte) ([]byte, error) {
-	return p.next.Encode([16]byte(v.(uuid.UUID)), buf)
+// convertPlan encodes a value as next encodes what convert makes of it.
+type convertPlan struct {
+	next    pgtype.EncodePlan
+	convert func(any) any
 }
 
-type uuidSlicePlan struct{ next pgtype.EncodePlan }
+func (p *convertPlan) SetNext(next pgtype.EncodePlan) { p.next = next }
 
-func (p *uuidSlicePlan) SetNext(next pgtype.EncodePlan) { p.next = next }
-
-func (p *uuidSlicePlan) Encode(v any, buf []byte) ([]byte, error) {
-	return p.next.Encode(uuidBytes(v.([]uuid.UUID)), buf)
+func (p *convertPlan) Encode(v any, buf []byte) ([]byte, error) {
+	return p.next.Encode(p.convert(v), buf)
 }
