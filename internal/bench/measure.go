@@ -34,11 +34,13 @@ type Result struct {
 	FiresPerSec float64 `json:"firesPerSec"`
 	// E2EPerSec = expected fires / (every completion stored in JetStream − T0).
 	E2EPerSec float64 `json:"e2ePerSec"`
-	// FireLate = firedTime − scheduledTime; StartLate = startedTime − scheduledTime; E2ELate =
-	// the moment JetStream stored the completion − scheduledTime.
-	FireLate  Lateness `json:"fireLateness"`
-	StartLate Lateness `json:"startLateness"`
-	E2ELate   Lateness `json:"e2eLateness"`
+	// FireLate = firedTime − scheduledTime; PublishLate = the moment JetStream stored the
+	// JobFired − scheduledTime; StartLate = startedTime − scheduledTime; E2ELate = the moment
+	// JetStream stored the completion − scheduledTime.
+	FireLate    Lateness `json:"fireLateness"`
+	PublishLate Lateness `json:"publishLateness"`
+	StartLate   Lateness `json:"startLateness"`
+	E2ELate     Lateness `json:"e2eLateness"`
 	// Duplicates = DuplicateFires ((trigger, scheduled time) with more than one fireId) +
 	// DuplicateCompletions (more than one JobCompleted for one fireId).
 	Duplicates           int `json:"duplicates"`

@@ -41,6 +41,7 @@ type fireObs struct {
 	node      string // instance id out of the event's source agate/<ns>/<id>
 	scheduled time.Time
 	fired     time.Time
+	published time.Time // when JetStream stored the JobFired
 }
 
 type doneObs struct {
@@ -144,7 +145,7 @@ func (o *observer) handle(stream string, m jetstream.Msg) {
 		}
 		key := fireKey(f.Trigger.Group, f.Trigger.Name, f.ScheduledTime)
 		o.fires[id] = &fireObs{key: key, node: env.Source[strings.LastIndexByte(env.Source, '/')+1:],
-			scheduled: f.ScheduledTime, fired: f.FiredTime}
+			scheduled: f.ScheduledTime, fired: f.FiredTime, published: stored}
 		o.byKey[key] = append(o.byKey[key], id)
 		return
 	}
@@ -260,11 +261,12 @@ func (o *observer) result(s spec, t0 time.Time) Result {
 	defer o.mu.Unlock()
 	r := Result{System: "agate", Workload: s.name, Param: s.param, Nodes: s.nodes, Expected: len(o.expected),
 		Demand: s.demand, Fired: len(o.fires), Failed: o.failed, Undecodable: o.bad, PerNode: map[string]int{}}
-	var fireLate, startLate, e2eLate []time.Duration
+	var fireLate, pubLate, startLate, e2eLate []time.Duration
 	var firstFired, lastFired time.Time
 	for _, f := range o.fires {
 		r.PerNode[f.node]++
 		fireLate = append(fireLate, f.fired.Sub(f.scheduled))
+		pubLate = append(pubLate, f.published.Sub(f.scheduled))
 		if firstFired.IsZero() || f.fired.Before(firstFired) {
 			firstFired = f.fired
 		}
@@ -290,7 +292,8 @@ func (o *observer) result(s spec, t0 time.Time) Result {
 	r.Duplicates = r.DuplicateFires + r.DuplicateCompletions
 	r.Completed = len(o.completed)
 	r.Missing = len(o.expected) - r.Completed
-	r.FireLate, r.StartLate, r.E2ELate = percentiles(fireLate), percentiles(startLate), percentiles(e2eLate)
+	r.FireLate, r.PublishLate = percentiles(fireLate), percentiles(pubLate)
+	r.StartLate, r.E2ELate = percentiles(startLate), percentiles(e2eLate)
 	if r.Fired == 0 {
 		return r
 	}
