@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
@@ -55,6 +56,18 @@ func NotFound(field, format string, args ...any) *Error {
 }
 
 var printer = message.NewPrinter(language.English)
+
+// DecodeBody decodes a body its JSON Schema accepted into out, a pointer to the request's
+// struct, refusing a member out has no field for; what names the request in the message ("the
+// schedule_job command"). It reads with github.com/go-json-experiment/json (encoding/json/v2
+// as a module), at about half encoding/json's cost, matching member names exactly as the
+// schemas do.
+func DecodeBody(body []byte, out any, what string) *Error {
+	if err := jsonv2.Unmarshal(body, out, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return Invalid("", "body does not match %s: %v", what, err)
+	}
+	return nil
+}
 
 // FromSchema turns a JSON Schema validation failure into invalid_argument on the field it names.
 func FromSchema(err error) *Error {

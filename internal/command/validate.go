@@ -3,7 +3,6 @@ package command
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -117,12 +116,7 @@ func (v *validator) check(cmd string, doc any, body []byte, out any) *Error {
 	if err := sch.Validate(doc); err != nil {
 		return apierr.FromSchema(err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
-		return invalid("", "body does not match the %s command: %v", cmd, err)
-	}
-	return nil
+	return apierr.DecodeBody(body, out, "the "+cmd+" command")
 }
 
 // isKnown reports whether cmd is a command this version applies.

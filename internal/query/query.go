@@ -91,10 +91,8 @@ type runner func(ctx context.Context, h *Handler, body []byte) (any, error)
 func runAs[T any](f func(*Handler, context.Context, *T) (any, error)) runner {
 	return func(ctx context.Context, h *Handler, body []byte) (any, error) {
 		var req T
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return nil, apierr.Invalid("", "body does not match the query: %v", err)
+		if err := apierr.DecodeBody(body, &req, "the query"); err != nil {
+			return nil, err
 		}
 		return f(h, ctx, &req)
 	}
