@@ -128,7 +128,11 @@ func writeResults(w io.Writer, rows []Result) {
 
 func writeDetails(w io.Writer, r Result) {
 	fmt.Fprintf(w, "### %s %s, %d nodes\n\n", r.Workload, r.Param, r.Nodes)
-	fmt.Fprintf(w, "CPU s over the %.1f s measured: %s.\n", r.MeasuredSec, cpuSplit(r.CPU))
+	fmt.Fprintf(w, "CPU s over the %.1f s measured: %s.", r.MeasuredSec, cpuSplit(r.CPU))
+	if all := cpuTotal(r.CPU); r.Fired > 0 {
+		fmt.Fprintf(w, " In all %.2f s, %.0f µs a fire.", all, all/float64(r.Fired)*1e6)
+	}
+	fmt.Fprintln(w)
 	if r.Failed > 0 || r.Unexpected > 0 || r.Undecodable > 0 || r.DuplicateFires > 0 || r.DuplicateCompletions > 0 {
 		fmt.Fprintf(w, "JobFailed %d, unexpected fires %d, undecodable messages %d, duplicate fires %d, duplicate completions %d.\n",
 			r.Failed, r.Unexpected, r.Undecodable, r.DuplicateFires, r.DuplicateCompletions)
@@ -190,7 +194,7 @@ func cpuSplit(cpu map[string]float64) string {
 	})
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %s", k, f1(cpu[k]))
+		parts[i] = fmt.Sprintf("%s %.2f", k, cpu[k])
 	}
 	return strings.Join(parts, ", ")
 }
