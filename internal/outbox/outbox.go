@@ -458,23 +458,32 @@ func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, las
 	cutoff := time.Now().Add(-o.cfg.SweepDelay)
 	for rows.Next() {
 		var e events.Event
+		var n int
+		var marker bool
 		var rowSeq int64
 		var rowXID string
-		var ours, vouched bool
+		var prevXID *string
+		var prevSeq *int64
 		var data []byte
-		if err := rows.Scan(&rowSeq, &rowXID, &ours, &vouched, &e.ID, &e.Type, &e.Source, &e.Aggregate, &e.AggregateID,
-			&e.Topic, &e.Time, &data, &e.TraceParent); err != nil {
+		if err := rows.Scan(&n, &marker, &rowSeq, &rowXID, &prevXID, &prevSeq, &e.ID, &e.Type, &e.Source, &e.Aggregate,
+			&e.AggregateID, &e.Topic, &e.Time, &data, &e.TraceParent); err != nil {
 			return nil, "", 0, 0, fmt.Errorf("reading outbox row: %w", err)
 		}
-		if ours && !vouched {
-			if e.Time.After(cutoff) {
-				break // the rest is young: its own node is publishing it
-			}
-			e.Data, e.Subject = data, e.AggregateID
-			evs = append(evs, e)
+		if marker { // the last row read: every row up to it was published or passed over
+			xid, seq, passed = rowXID, rowSeq, n
+			break
 		}
-		seq, xid = rowSeq, rowXID
-		passed++
+		if e.Time.After(cutoff) {
+			// The rest is young: its own node is publishing it. The cursor stops at the row
+			// before this one.
+			if prevXID != nil && prevSeq != nil {
+				xid, seq = *prevXID, *prevSeq
+			}
+			passed = n - 1
+			break
+		}
+		e.Data, e.Subject = data, e.AggregateID
+		evs = append(evs, e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", 0, 0, fmt.Errorf("reading outbox: %w", err)

@@ -220,6 +220,68 @@ func TestSweepOrdersXIDsAsNumbers(t *testing.T) {
 	}
 }
 
+// The sweep stops before the first row to publish that is still young (its own node may be
+// publishing it), with its cursor on the row read just before it, whether that row was published
+// or passed over (another namespace's); the young row goes once it aged.
+func TestSweepStopsBeforeAYoungRow(t *testing.T) {
+	pool, js, ns := setup(t)
+	ctx := t.Context()
+	other := ns + "-other"
+	logOne := func(ns, name string, at time.Time) {
+		t.Helper()
+		ev, err := events.New(events.TypeTriggerScheduled, events.Source(ns, "test"), events.AggregateTrigger, "g."+name,
+			events.Subjects(ns).Evt("trigger"), at, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { _, err := appendEvents(ctx, tx, ns, []events.Event{ev}); return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	position := func(where string, args ...any) string {
+		t.Helper()
+		var p string
+		if err := pool.QueryRow(ctx, `select xid::text || '/' || seq from events `+where, args...).Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cursor := func() string {
+		t.Helper()
+		var p string
+		if err := pool.QueryRow(ctx, `select last_xid::text || '/' || last_seq from outbox_cursor where sched_name = $1`, ns).Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	relay := New(Config{Namespace: ns, SweepDelay: 500 * time.Millisecond}, pool, js)
+	old := time.Now().Add(-time.Hour)
+	logOne(ns, "a", old)
+	logOne(other, "b", old)
+	logOne(ns, "young", time.Now().Add(time.Second))
+	logOne(ns, "c", old)
+
+	if n, err := relay.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("swept %d events (err %v), want a alone", n, err)
+	}
+	if got, want := cursor(), position(`where sched_name = $1`, other); got != want {
+		t.Fatalf("cursor at %s, want %s: the other namespace's row, read just before the young one", got, want)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for streamCount(t, js, ns) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sweep published %d of the 3 events", streamCount(t, js, ns))
+		}
+		if _, err := relay.SweepOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the poll step while the young row ages
+	}
+	if got, want := cursor(), position(`where sched_name = $1 and aggregate_id = 'g.c'`, ns); got != want {
+		t.Fatalf("cursor at %s, want %s: the last row", got, want)
+	}
+}
+
 // The sweep publishes only what no live node vouches for: the events a node published itself
 // and vouched for at check-in are passed over, those of a node that could not publish them
 // (here one without JetStream) are published, and rows of an earlier run of the same instance
