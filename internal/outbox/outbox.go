@@ -457,33 +457,26 @@ func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, las
 	defer rows.Close()
 	cutoff := time.Now().Add(-o.cfg.SweepDelay)
 	for rows.Next() {
-		var e events.Event
-		var n int
-		var marker bool
 		var rowSeq int64
 		var rowXID string
-		var prevXID *string
-		var prevSeq *int64
+		var todo bool
+		var id *uuid.UUID
+		var typ, source, aggregate, aggregateID, topic, trace *string
+		var at *time.Time
 		var data []byte
-		if err := rows.Scan(&n, &marker, &rowSeq, &rowXID, &prevXID, &prevSeq, &e.ID, &e.Type, &e.Source, &e.Aggregate,
-			&e.AggregateID, &e.Topic, &e.Time, &data, &e.TraceParent); err != nil {
+		if err := rows.Scan(&rowSeq, &rowXID, &todo, &id, &typ, &source, &aggregate, &aggregateID, &topic, &at, &data,
+			&trace); err != nil {
 			return nil, "", 0, 0, fmt.Errorf("reading outbox row: %w", err)
 		}
-		if marker { // the last row read: every row up to it was published or passed over
-			xid, seq, passed = rowXID, rowSeq, n
-			break
-		}
-		if e.Time.After(cutoff) {
-			// The rest is young: its own node is publishing it. The cursor stops at the row
-			// before this one.
-			if prevXID != nil && prevSeq != nil {
-				xid, seq = *prevXID, *prevSeq
+		if todo {
+			if at.After(cutoff) {
+				break // the rest is young: its own node is publishing it
 			}
-			passed = n - 1
-			break
+			evs = append(evs, events.Event{ID: *id, Type: *typ, Source: *source, Aggregate: *aggregate,
+				AggregateID: *aggregateID, Subject: *aggregateID, Topic: *topic, Time: *at, Data: data, TraceParent: *trace})
 		}
-		e.Data, e.Subject = data, e.AggregateID
-		evs = append(evs, e)
+		seq, xid = rowSeq, rowXID
+		passed++
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", 0, 0, fmt.Errorf("reading outbox: %w", err)
