@@ -50,6 +50,8 @@ type gatherer struct {
 	wait    time.Duration
 	slots   chan struct{}
 	newJobs chan struct{}
+	// appliers run the batches, one per slot.
+	appliers *warmPool
 
 	mu   sync.Mutex
 	open map[int]*gathering // by batchKey
@@ -92,8 +94,9 @@ func (g *gatherer) batchKey(it *item) int {
 }
 
 func newGatherer(h *Handler) *gatherer {
+	slots := cmp.Or(h.cfg.ConcurrentBatches, ConcurrentBatchesDefault)
 	return &gatherer{h: h, max: cmp.Or(h.cfg.Batch, BatchDefault), wait: cmp.Or(h.cfg.GatherWait, GatherWaitDefault),
-		slots: make(chan struct{}, cmp.Or(h.cfg.ConcurrentBatches, ConcurrentBatchesDefault)), newJobs: make(chan struct{}, 1),
+		slots: make(chan struct{}, slots), newJobs: make(chan struct{}, 1), appliers: newWarmPool(slots),
 		open: map[int]*gathering{}}
 }
 
@@ -109,7 +112,8 @@ func (g *gatherer) maxOf(key int) int {
 // zero, orders the commands of a batch (the stream sequence of a durable command, so a node
 // applies them in stream order); ctx is the batch's when the caller leads it.
 func (g *gatherer) do(ctx context.Context, req Request, seq uint64) Outcome {
-	it := g.h.read.read(ctx, req)
+	var it *item
+	g.h.readers.run(func() { it = g.h.prepare(ctx, req) })
 	key := g.batchKey(it)
 	g.mu.Lock()
 	b := g.open[key]
@@ -158,8 +162,10 @@ func (g *gatherer) lead(ctx context.Context, key int, b *gathering) {
 		case <-ctx.Done():
 		}
 	}
+	slot := false
 	select {
 	case g.slots <- struct{}{}:
+		slot = true
 		defer func() { <-g.slots }()
 	case <-ctx.Done(): // the batch fails at once: every command is answered transient
 	}
@@ -180,5 +186,11 @@ func (g *gatherer) lead(ctx context.Context, key int, b *gathering) {
 	for k, i := range order {
 		sorted[k] = items[i]
 	}
-	g.h.run(ctx, sorted)
+	if !slot {
+		g.h.run(ctx, sorted)
+		return
+	}
+	// On a warm goroutine: the leader's own, fresh for its message, would grow its stack again
+	// through pgx and the log at every batch. The slot held leaves one free.
+	g.appliers.run(func() { g.h.run(ctx, sorted) })
 }

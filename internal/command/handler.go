@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"time"
 
@@ -71,13 +72,13 @@ type Config struct {
 
 // Handler validates and applies commands.
 type Handler struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	outbox *outbox.Outbox
-	v      *validator
-	tracer trace.Tracer
-	gather *gatherer // of the durable consumer's commands and Apply's
-	read   *readers  // run prepare for the gatherer's callers
+	cfg     Config
+	pool    *pgxpool.Pool
+	outbox  *outbox.Outbox
+	v       *validator
+	tracer  trace.Tracer
+	gather  *gatherer // of the durable consumer's commands and Apply's
+	readers *warmPool // run prepare for the gatherer's callers, at most GOMAXPROCS at once
 
 	metrics metrics
 }
@@ -98,7 +99,7 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{cfg: cfg, pool: pool, outbox: ob, v: v, tracer: telemetry.Tracer("command"), metrics: newMetrics(nil)}
-	h.gather, h.read = newGatherer(h), newReaders(h)
+	h.gather, h.readers = newGatherer(h), newWarmPool(runtime.GOMAXPROCS(0))
 	return h, nil
 }
 
@@ -176,7 +177,7 @@ type item struct {
 }
 
 // prepare takes a request as far as it goes without the database: size, JSON syntax, id,
-// command name, JSON Schema and decoding. The gatherer's callers have it run by readers, so
+// command name, JSON Schema and decoding. The gatherer's callers have it run by h.readers, so
 // that commands gathered from concurrent callers are decoded in parallel, on grown stacks.
 func (h *Handler) prepare(ctx context.Context, r Request) *item {
 	rctx := r.Ctx

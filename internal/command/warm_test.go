@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Readers answer every caller, however many more than GOMAXPROCS ask at once, each with its
+// The readers answer every caller, however many more than GOMAXPROCS ask at once, each with its
 // own command; a panic in prepare reaches the caller that asked, as if it had run prepare.
 func TestReadersAnswerEveryCallerAndPassPanicsBack(t *testing.T) {
 	h, err := New(Config{Namespace: "t"}, nil, nil)
@@ -22,7 +22,8 @@ func TestReadersAnswerEveryCallerAndPassPanicsBack(t *testing.T) {
 		wg.Go(func() {
 			id := fmt.Sprint("cmd-", i)
 			body := `{"id":"` + id + `","job":{"group":"g","name":"j` + id + `","type":"noop"}}`
-			it := h.read.read(context.Background(), Request{Command: "schedule_job", Body: []byte(body)})
+			var it *item
+			h.readers.run(func() { it = h.prepare(context.Background(), Request{Command: "schedule_job", Body: []byte(body)}) })
 			if it.id != id || !it.applies() {
 				errs <- fmt.Errorf("caller %d got item %q (early %v, rejected %v)", i, it.id, it.early, it.rej)
 			}
@@ -35,11 +36,10 @@ func TestReadersAnswerEveryCallerAndPassPanicsBack(t *testing.T) {
 	}
 
 	broken := &Handler{} // no tracer: prepare panics
-	broken.read = newReaders(broken)
 	defer func() {
 		if recover() == nil {
 			t.Error("prepare's panic did not reach the caller")
 		}
 	}()
-	broken.read.read(context.Background(), Request{Command: "schedule_job", Body: []byte(`{}`)})
+	h.readers.run(func() { broken.prepare(context.Background(), Request{Command: "schedule_job", Body: []byte(`{}`)}) })
 }
