@@ -65,8 +65,9 @@ when the count was reached, before the bench reads anything.
 Figures:
   fires/s       burst: fires / (last firedTime - T0); steady, failover: fires / (last - first firedTime)
   e2e/s         expected fires / (last completion stored - T0)
-  lateness      p50 / p99 / max against scheduledTime of: fire = firedTime, start = startedTime,
-                e2e = when JetStream stored the JobCompleted
+  lateness      p50 / p99 / max against scheduledTime of: fire = firedTime, published = when
+                JetStream stored the JobFired, start = startedTime, e2e = when JetStream stored
+                the JobCompleted
   dup           (trigger, scheduled time) with more than one fireId, plus fireIds completed
                 more than once
   missing       expected (trigger, scheduled time) without JobCompleted
@@ -75,7 +76,7 @@ Figures:
                 workload database from T0 to the end, / fires
   top statements  pg_stat_statements (reset right before T0) by total time, calls per fire
   CPU s         per process over the measured interval: postgres (postmaster and backends),
-                nats-server, each scheduler, each worker, the bench
+                nats-server, each scheduler, each worker, the bench; and all of them per fire
 
 Workloads:
   burst     N one-shot triggers all due at T0 (Quartz's W1), on each count of --burst-nodes.
