@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 	"unicode/utf8"
@@ -118,7 +119,8 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 		ctx = parent
 	}
 
-	log := w.log.With("job", key, "type", typ, "fire_id", fired.FireID, "attempt", attempt)
+	log := withLazy(w.log, slog.String("job", key), slog.String("type", typ), slog.Any("fire_id", fired.FireID),
+		slog.Int("attempt", attempt))
 	timeout := w.cfg.DefaultTimeout
 	if fired.Timeout != "" {
 		// The scheduler writes the job's timeout as time.Duration.String (docs/contract.md).
