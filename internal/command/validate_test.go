@@ -20,6 +20,7 @@ func TestValidatorNamesTheField(t *testing.T) {
 		{"two schedules", `{"id":"1","job":{"group":"g","name":"n","type":"noop"},"triggers":[{"group":"g","name":"t","cron":{"expression":"* * * * * ?"},"simple":{"repeatCount":0}}]}`, "triggers[0]", ""},
 		{"bad unit", `{"id":"1","job":{"group":"g","name":"n","type":"noop"},"triggers":[{"group":"g","name":"t","calendarInterval":{"interval":1,"unit":"fortnight"}}]}`, "triggers[0].calendarInterval.unit", ""},
 		{"empty name", `{"id":"1","job":{"group":"g","name":"","type":"noop"}}`, "job.name", ""},
+		{"member twice", `{"id":"1","job":{"group":"g","name":"n","type":"noop","name":"m"}}`, "", "duplicate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
