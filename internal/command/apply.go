@@ -254,7 +254,7 @@ func (a *applyCtx) jobAdded(job JobSpec, replaced bool) error {
 		jobAddedData{CommandID: a.commandID, Job: job, Replaced: replaced})
 }
 
-// jobAddedData is JobAdded's data. Its fields and triggerScheduledData's are in the order of
+// jobAddedData is JobAdded's data. Its fields, as events.TriggerScheduled's, are in the order of
 // their JSON names, the order in which encoding/json wrote them from the maps they once were.
 type jobAddedData struct {
 	CommandID string  `json:"commandId"`
@@ -377,27 +377,9 @@ func (a *applyCtx) triggerScheduled(job events.JobRef, r triggerRow) error {
 	a.dueAt(r.Next)
 	key := events.Key{Group: r.Group, Name: r.Name}
 	return a.event(events.TypeTriggerScheduled, events.AggregateTrigger, key.String(), "trigger",
-		triggerScheduledData{Calendar: r.Calendar, CommandID: a.commandID, Data: r.Data, EndTime: r.End, Job: job,
-			Kind: r.Kind, Misfire: r.Misfire, NextFireTime: r.Next, Priority: r.Priority, Schedule: r.Schedule,
+		events.TriggerScheduled{Calendar: r.Calendar, CommandID: a.commandID, Data: r.Data, EndTime: r.End, Job: job,
+			Kind: r.Kind, Misfire: r.Misfire, NextFireTime: &r.Next, Priority: r.Priority, Schedule: r.Schedule,
 			StartTime: r.Start.UTC(), State: r.State, Trigger: key, Version: r.Version})
-}
-
-// triggerScheduledData is TriggerScheduled's data (see jobAddedData).
-type triggerScheduledData struct {
-	Calendar     *string         `json:"calendar"`
-	CommandID    string          `json:"commandId"`
-	Data         json.RawMessage `json:"data"`
-	EndTime      *time.Time      `json:"endTime"`
-	Job          events.JobRef   `json:"job"`
-	Kind         string          `json:"kind"`
-	Misfire      string          `json:"misfireInstruction"`
-	NextFireTime time.Time       `json:"nextFireTime"`
-	Priority     int             `json:"priority"`
-	Schedule     json.RawMessage `json:"schedule"`
-	StartTime    time.Time       `json:"startTime"`
-	State        string          `json:"state"`
-	Trigger      events.Key      `json:"trigger"`
-	Version      int64           `json:"version"`
 }
 
 func (a *applyCtx) calendar(ctx context.Context, name *string, field string) (trigger.Calendar, error) {

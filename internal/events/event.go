@@ -183,6 +183,27 @@ type JobFired struct {
 	TimesTriggered int    `json:"timesTriggered"`
 }
 
+// TriggerScheduled is the data of agate.trigger.scheduled: the trigger's row as stored, what
+// replay writes back (docs/contract.md, "The log and the tables"). Its fields are in the order of
+// their JSON names, the order in which encoding/json wrote them from the map it once was.
+type TriggerScheduled struct {
+	Calendar  *string         `json:"calendar"`
+	CommandID string          `json:"commandId"`
+	Data      json.RawMessage `json:"data"`
+	EndTime   *time.Time      `json:"endTime"`
+	Job       JobRef          `json:"job"`
+	// Kind is empty in events logged before replay existed, which lack the definition.
+	Kind         string          `json:"kind"`
+	Misfire      string          `json:"misfireInstruction"`
+	NextFireTime *time.Time      `json:"nextFireTime"`
+	Priority     int             `json:"priority"`
+	Schedule     json.RawMessage `json:"schedule"`
+	StartTime    time.Time       `json:"startTime"`
+	State        string          `json:"state"`
+	Trigger      Key             `json:"trigger"`
+	Version      int64           `json:"version"`
+}
+
 // InterruptRequest is the data of agate.job.interrupt_requested: interrupt_job asks the
 // workers to cancel the runs of a job, or of one fire of it.
 type InterruptRequest struct {

@@ -233,30 +233,15 @@ func (s *State) jobDeleted(r Record) error {
 }
 
 func (s *State) triggerScheduled(r Record) error {
-	var d struct {
-		Trigger   events.Key      `json:"trigger"`
-		Job       events.Key      `json:"job"`
-		Next      *time.Time      `json:"nextFireTime"`
-		State     string          `json:"state"`
-		Schedule  json.RawMessage `json:"schedule"`
-		Kind      string          `json:"kind"`
-		Start     time.Time       `json:"startTime"`
-		End       *time.Time      `json:"endTime"`
-		Calendar  *string         `json:"calendar"`
-		Priority  int             `json:"priority"`
-		Misfire   string          `json:"misfireInstruction"`
-		Data      json.RawMessage `json:"data"`
-		Version   int64           `json:"version"`
-		Partition *int            `json:"partition"`
-	}
+	var d events.TriggerScheduled
 	if err := decode(r, &d); err != nil {
 		return err
 	}
 	if d.Kind == "" {
 		return fmt.Errorf("trigger %s: the event lacks the trigger's definition (logged before replay existed)", d.Trigger)
 	}
-	t := &Trigger{Key: d.Trigger, Job: d.Job, Kind: d.Kind, Schedule: d.Schedule, Start: d.Start, End: d.End,
-		Calendar: d.Calendar, Priority: d.Priority, Misfire: d.Misfire, Next: d.Next, State: d.State,
+	t := &Trigger{Key: d.Trigger, Job: d.Job.Key(), Kind: d.Kind, Schedule: d.Schedule, Start: d.StartTime, End: d.EndTime,
+		Calendar: d.Calendar, Priority: d.Priority, Misfire: d.Misfire, Next: d.NextFireTime, State: d.State,
 		Partition: store.SlotOf(d.Job.Group, d.Job.Name), Data: d.Data, Version: d.Version}
 	if r.TraceContext != "" {
 		tc := r.TraceContext
