@@ -329,15 +329,23 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 			return err
 		}
 		// An execution ends once: a second ending outcome for a fire whose row is already gone
-		// (a redelivered or re-run completion) is not recorded again.
+		// (a redelivered or re-run completion), or that another outcome of the batch ended, is
+		// not recorded again. The one that ended it is new to the log, which records an ending
+		// outcome only with the end of its execution; any other outcome may be a redelivery.
 		counts := map[string]int64{}
+		logged := make(map[uuid.UUID]bool, len(ended))
 		for _, o := range outs {
-			if _, ok := ended[o.Result.FireID]; o.ends() && !ok {
+			switch _, ok := ended[o.Result.FireID]; {
+			case o.ends() && ok && !logged[o.Result.FireID]:
+				logged[o.Result.FireID] = true
+				tx.Append(o.Event)
+			case o.ends():
 				res.Ignored++
 				counts[outcomeDuplicate]++
 				continue
+			default:
+				tx.AppendFromBus(o.Event)
 			}
-			tx.Append(o.Event)
 			counts[o.outcome()]++
 		}
 		tx.Append(end.Events...)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/devenv/testenv"
@@ -104,9 +105,10 @@ func TestApply(t *testing.T) {
 	if n := f.Count(t, `select count(*) from fired_triggers where sched_name = $1`); n != 1 {
 		t.Errorf("%d fired rows left, want only the retrying one", n)
 	}
-	// The same outcomes again (a redelivery): nothing changes and nothing is logged twice.
+	// The same outcomes again (a redelivery), the retryable failure twice in the batch: nothing
+	// changes and nothing is logged twice.
 	before := len(f.EventTypes(t))
-	got, err = c.Apply(t.Context(), outs[:2])
+	got, err = c.Apply(t.Context(), append(outs[:3:3], outs[2]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,5 +117,34 @@ func TestApply(t *testing.T) {
 	}
 	if after := len(f.EventTypes(t)); after != before {
 		t.Fatalf("redelivered outcomes logged %d more events", after-before)
+	}
+}
+
+// Two ending outcomes of one execution in one batch (its first run's, late, and a re-run's
+// after JetStream redelivered the fire): the first ends it and is logged, the second is not.
+func TestApplyEndsAnExecutionOnceInABatch(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	c := complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
+		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), nil)
+	f.Job(t, key("j"), false)
+	fire := executing(t, f, key("t"), key("j"), store.StateWaiting, false)
+	first, rerun := outcome(t, events.TypeJobCompleted, fire, key("j"), false), outcome(t, events.TypeJobCompleted, fire, key("j"), false)
+	got, err := c.Apply(t.Context(), []complete.Outcome{first, rerun})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (complete.Applied{Ended: 1, Ignored: 1}); got != want {
+		t.Fatalf("applied %+v, want %+v", got, want)
+	}
+	var ids []uuid.UUID
+	rows, err := f.Pool.Query(t.Context(), `select id from events where sched_name = $1 and type = $2`, f.Namespace(), events.TypeJobCompleted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 || ids[0] != first.Event.ID {
+		t.Fatalf("logged JobCompleted %v, want only the first outcome %v", ids, first.Event.ID)
 	}
 }

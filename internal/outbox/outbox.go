@@ -91,13 +91,29 @@ func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream) *Outbox {
 type Tx struct {
 	pgx.Tx
 	evs        []events.Event
-	savepoints int      // savepoints taken, to name the next
-	onCommit   []func() // see OnCommit
+	mayRepeat  map[uuid.UUID]bool // ids of events from the bus the log may hold (AppendFromBus)
+	savepoints int                // savepoints taken, to name the next
+	onCommit   []func()           // see OnCommit
 }
 
 // Append records events of this transaction's change; they are written to the log before
 // commit and published after.
 func (tx *Tx) Append(evs ...events.Event) { tx.evs = append(tx.evs, evs...) }
+
+// AppendFromBus records events taken from the bus (without a topic: they are not published
+// again) that the log may hold already, as a redelivered message brings them: the log skips
+// those, at the price of a probe of every partition of the log per event. An event from the bus
+// the log cannot hold yet goes through Append: an outcome that ended its execution in this
+// transaction, since the log records an ending outcome only in the transaction that ends it.
+func (tx *Tx) AppendFromBus(evs ...events.Event) {
+	if tx.mayRepeat == nil {
+		tx.mayRepeat = make(map[uuid.UUID]bool, len(evs))
+	}
+	for _, e := range evs {
+		tx.mayRepeat[e.ID] = true
+	}
+	tx.evs = append(tx.evs, evs...)
+}
 
 // OnCommit has f run once the transaction committed, and never when it did not: for what must
 // count only what happened, such as metrics. Functions registered in a Savepoint that rolls back
@@ -148,7 +164,7 @@ func (o *Outbox) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 			return err
 		}
 		evs, onCommit = tx.evs, tx.onCommit
-		xid, err := appendEvents(ctx, ptx, o.cfg.Namespace, evs)
+		xid, err := appendEvents(ctx, ptx, o.cfg.Namespace, evs, tx.mayRepeat)
 		if err == nil && xid != 0 {
 			o.pub.assigned(pt, xid)
 		}
@@ -175,22 +191,28 @@ func (o *Outbox) PublishedBelow() uint64 { return o.pub.below() }
 func (o *Outbox) Seen(xid, cursor uint64) { o.pub.seen(xid, cursor) }
 
 // appendEvents writes evs to the log in tx, in one statement, and returns the transaction's
-// xid (0 when evs is empty).
-func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events.Event) (uint64, error) {
+// xid (0 when evs is empty). Those whose id is in mayRepeat are skipped when the log holds them.
+func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events.Event, mayRepeat map[uuid.UUID]bool) (uint64, error) {
 	if len(evs) == 0 {
 		return 0, nil
 	}
-	query := "Append"
 	if slices.ContainsFunc(evs, func(e events.Event) bool { return e.Topic == "" }) {
-		// Events from the bus may come twice, even in one batch: AppendFromBus skips those the
-		// log holds, and a copy within the batch is left out here.
-		query = "AppendFromBus"
+		// Events from the bus may come twice, even in one batch: a copy within the batch is
+		// left out here.
 		seen := make(map[uuid.UUID]bool, len(evs))
 		evs = slices.DeleteFunc(slices.Clone(evs), func(e events.Event) bool {
-			dup := seen[e.ID]
+			dup := e.Topic == "" && seen[e.ID]
 			seen[e.ID] = true
 			return dup
 		})
+	}
+	query := "Append"
+	var probe []bool
+	if len(mayRepeat) > 0 && slices.ContainsFunc(evs, func(e events.Event) bool { return mayRepeat[e.ID] }) {
+		query, probe = "AppendFromBus", make([]bool, len(evs))
+		for i, e := range evs {
+			probe[i] = mayRepeat[e.ID]
+		}
 	}
 	n := len(evs)
 	ids := make([]uuid.UUID, n)
@@ -202,6 +224,9 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 		topics[i], times[i], datas[i], traces[i] = e.Topic, e.Time, string(e.Data), e.TraceParent
 	}
 	args := []any{namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces}
+	if probe != nil {
+		args = append(args, probe)
+	}
 	var xid uint64
 	var err error
 	if query == "Append" {

@@ -12,18 +12,19 @@ with ins as (
 select pg_current_xact_id()::text::bigint;
 
 -- name: AppendFromBus
--- Append, for a batch with events taken from the bus (no topic): a redelivered message brings an
--- event the log may hold already, and is skipped. The log is partitioned, so no constraint keeps
--- ids unique; the completion step, the one writer of events from the bus, appends a job's
--- outcomes under its partition lock, so two copies of one event are never appended at once.
--- Events from the bus are logged without a subject: the probe looks among those alone, in the
--- partial index events_bus_id (migration 012).
+-- Append, for a batch with events taken from the bus that the log may hold already (a
+-- redelivered message brings them again; $11 marks them): those are skipped. The log is
+-- partitioned, so no constraint keeps ids unique; the completion step, the one writer of events
+-- from the bus, appends a job's outcomes under its partition lock, so two copies of one event are
+-- never appended at once. Events from the bus are logged without a subject: the probe looks
+-- among those alone, in the partial index events_bus_id (migration 012), in every partition.
 with ins as (
     insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
     select id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb, nullif(trace_context, '')
-    from unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[])
-        as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
-    where not exists (select 1 from events x where x.id = e.id and x.nats_subject is null offset 0) -- a probe of events_bus_id per id
+    from unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[], $11::bool[])
+        as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context, probe)
+    where not e.probe
+       or not exists (select 1 from events x where x.id = e.id and x.nats_subject is null offset 0) -- a probe of events_bus_id per id
 )
 select pg_current_xact_id()::text::bigint;
 
