@@ -254,16 +254,13 @@ func (a *Acquirer) runPartition(ctx context.Context, p int) (Result, error) {
 	var later []store.Claim
 	err := a.outbox.InTx(ctx, func(tx *outbox.Tx) error {
 		later, res = nil, Result{}
-		got, err := a.cfg.Locks.TryPartition(ctx, tx, p)
+		got, err := a.cfg.Locks.TryPartitionAsMember(ctx, tx, p, a.cfg.InstanceID, a.cfg.Member)
 		if err != nil {
 			return err
 		}
 		if !got {
 			res.Busy = 1
 			return nil
-		}
-		if err := store.CheckMember(ctx, tx, a.cfg.Namespace, a.cfg.InstanceID, a.cfg.Member); err != nil {
-			return err
 		}
 		now := a.cfg.Now()
 		ahead := a.cfg.FireAhead

@@ -371,6 +371,51 @@ func TestFireRefusesClaimsOfAFencedEpoch(t *testing.T) {
 	}
 }
 
+// Taking partitions and reading the node's membership in one round trip: the partitions are
+// taken or found held as one statement after the other would, and a replaced epoch fences.
+func TestPartitionsAsMember(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
+	f.Exec(t, `insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms, epoch)
+		values ($1, 'n1', now(), 1000, 8)`, f.Namespace())
+	member := &store.Member{}
+	member.Set(7)
+	locks := f.Locks
+	err := ob.InTx(t.Context(), func(tx *outbox.Tx) error {
+		_, err := locks.PartitionsAsMember(t.Context(), tx, []int{1, 0}, "n1", member)
+		return err
+	})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("PartitionsAsMember with a replaced epoch: %v, want ErrFenced", err)
+	}
+	err = ob.InTx(t.Context(), func(tx *outbox.Tx) error {
+		_, err := locks.TryPartitionAsMember(t.Context(), tx, 3, "n1", member)
+		return err
+	})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("TryPartitionAsMember with a replaced epoch: %v, want ErrFenced", err)
+	}
+	member.Set(8)
+	err = ob.InTx(t.Context(), func(tx *outbox.Tx) error {
+		if _, err := locks.PartitionsAsMember(t.Context(), tx, []int{1, 0, 1}, "n1", member); err != nil {
+			return err
+		}
+		// Another transaction finds partition 1 held, and partition 2 free.
+		return ob.InTx(t.Context(), func(other *outbox.Tx) error {
+			for p, want := range map[int]bool{1: false, 2: true} {
+				got, err := locks.TryPartitionAsMember(t.Context(), other, p, "n1", member)
+				if err != nil || got != want {
+					t.Errorf("TryPartitionAsMember(%d) = %v, %v; want %v", p, got, err, want)
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatalf("PartitionsAsMember with the current epoch: %v", err)
+	}
+}
+
 // A fire transaction can commit while its node does not hear so (the database restarted during
 // the commit); the node then fires the claim again. That second attempt must change nothing:
 // the execution's fired row stays, so its completion is recorded, and no drop is logged.

@@ -207,11 +207,8 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 		g.Go(func() error {
 			fired, groupNext := 0, time.Time{}
 			err := q.outbox.InTx(ctx, func(tx *outbox.Tx) error {
-				waited, err := q.cfg.Locks.PartitionsWaited(ctx, tx, b.partitions)
+				waited, err := q.cfg.Locks.PartitionsAsMember(ctx, tx, b.partitions, q.cfg.InstanceID, q.cfg.Member)
 				if err != nil {
-					return err
-				}
-				if err := store.CheckMember(ctx, tx, q.cfg.Namespace, q.cfg.InstanceID, q.cfg.Member); err != nil {
 					return err
 				}
 				fired, groupNext, err = q.firer.FireNext(withLockWait(ctx, waited), tx, group)

@@ -175,8 +175,13 @@ func CheckMember(ctx context.Context, tx pgx.Tx, namespace, instanceID string, m
 	if epoch == 0 {
 		return ErrFenced
 	}
+	return memberIs(epoch, tx.QueryRow(ctx, queries.Get("MemberEpoch"), namespace, instanceID))
+}
+
+// memberIs reads the result of MemberEpoch: nil when the node's row holds epoch.
+func memberIs(epoch int64, row pgx.Row) error {
 	var current int64
-	err := tx.QueryRow(ctx, queries.Get("MemberEpoch"), namespace, instanceID).Scan(&current)
+	err := row.Scan(&current)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && current != epoch) {
 		return ErrFenced
 	}

@@ -165,6 +165,87 @@ func (l Locks) PartitionWaited(ctx context.Context, tx pgx.Tx, p int) (time.Dura
 	return waited, nil
 }
 
+// PartitionsAsMember is PartitionsWaited, then CheckMember with instanceID and m (nil: none),
+// in one round trip: the statements run in the order sent, so the partitions are taken in
+// order and the membership is read once they are held, without a wait for each answer in
+// between.
+func (l Locks) PartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member) (time.Duration, error) {
+	ps = slices.Compact(slices.Sorted(slices.Values(ps)))
+	var epoch int64
+	if m != nil {
+		if epoch = m.Epoch(); epoch == 0 {
+			return 0, ErrFenced
+		}
+	}
+	b := &pgx.Batch{}
+	for _, p := range ps {
+		b.Queue(queries.Get("Lock"), l.Namespace, l.name(p))
+	}
+	if m != nil {
+		b.Queue(queries.Get("MemberEpoch"), l.Namespace, instanceID)
+	}
+	if b.Len() == 0 {
+		return 0, nil
+	}
+	start := time.Now()
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	var waited time.Duration
+	for _, p := range ps {
+		var one int
+		if err := lockErr(br.QueryRow().Scan(&one), l.Namespace, l.name(p)); err != nil {
+			return waited, err
+		}
+		w := time.Since(start) - waited // the answers come in order: this lock's share
+		waited += w
+		if l.Wait != nil {
+			l.Wait.Record(ctx, w.Seconds())
+		}
+	}
+	if m != nil {
+		if err := memberIs(epoch, br.QueryRow()); err != nil {
+			return waited, err
+		}
+	}
+	return waited, br.Close()
+}
+
+// TryPartitionAsMember is TryPartition, then CheckMember with instanceID and m, in one round
+// trip (see PartitionsAsMember). The membership is checked only when the partition was taken.
+func (l Locks) TryPartitionAsMember(ctx context.Context, tx pgx.Tx, p int, instanceID string, m *Member) (bool, error) {
+	if l.Count() == 1 {
+		_, err := l.PartitionsAsMember(ctx, tx, []int{p}, instanceID, m)
+		return err == nil, err
+	}
+	var epoch int64
+	if m != nil {
+		if epoch = m.Epoch(); epoch == 0 {
+			return false, ErrFenced
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(queries.Get("TryLock"), l.Namespace, l.name(p))
+	if m != nil {
+		b.Queue(queries.Get("MemberEpoch"), l.Namespace, instanceID)
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	var one int
+	err := br.QueryRow().Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, br.Close()
+	}
+	if err != nil {
+		return false, fmt.Errorf("taking lock %s: %w", l.name(p), err)
+	}
+	if m != nil {
+		if err := memberIs(epoch, br.QueryRow()); err != nil {
+			return false, err
+		}
+	}
+	return true, br.Close()
+}
+
 // TryPartition takes lock partition p if no other transaction holds it. In global mode it waits
 // for the single lock, as Quartz's acquirers do.
 func (l Locks) TryPartition(ctx context.Context, tx pgx.Tx, p int) (bool, error) {
@@ -193,17 +274,9 @@ func (l Locks) Jobs(ctx context.Context, tx pgx.Tx, jobs []events.Key) error {
 }
 
 // PartitionsWaited takes lock partitions ps, each once, in ascending order (the lock order), and
-// says how long it waited for them in all.
+// says how long it waited for them in all. The statements go in one round trip.
 func (l Locks) PartitionsWaited(ctx context.Context, tx pgx.Tx, ps []int) (time.Duration, error) {
-	var waited time.Duration
-	for _, p := range slices.Compact(slices.Sorted(slices.Values(ps))) {
-		w, err := l.PartitionWaited(ctx, tx, p)
-		if err != nil {
-			return waited, err
-		}
-		waited += w
-	}
-	return waited, nil
+	return l.PartitionsAsMember(ctx, tx, ps, "", nil)
 }
 
 // All takes every partition, in ascending order: for writes whose jobs are not known up front
