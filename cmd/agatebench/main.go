@@ -97,6 +97,10 @@ River v0.51.1 (internal/bench/river, a module of its own: FetchCooldown 1ms, Fet
 compiled with javac against Debian's libquartz2-java; skipped with the install line when absent),
 with --compare-procs processes each, on the same PostgreSQL, and prints the ratios.
 
+Rounds. --rounds N runs everything N times, one round after the other (with --compare, Agate's
+workloads then the peers in each round), reports each round, then the medians over the rounds
+with the range of e2e/s, and Agate's ratio to each peer round by round.
+
 --profile DIR writes a CPU profile (--profile-seconds long, from T0) of every scheduler and
 worker process of each workload through its HTTP listener (` + cli.HTTPAddrEnv + ` with ` + cli.PprofEnv + `=true).
 Progress goes to stderr; the report (markdown, or JSON with -o json) to stdout. Run nothing
@@ -156,6 +160,7 @@ else heavy on the machine while timing.`,
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 5, "length of each CPU profile")
 	f.BoolVar(&o.KeepDatabases, "keep-databases", false, "do not drop the workload databases at the end (useful with --database-url)")
 	f.StringSliceVar(&o.PGSet, "pg-set", nil, "diagnostics: ALTER DATABASE <workload db> SET name = 'value' before the nodes connect, e.g. enable_nestloop=off (repeatable)")
+	f.IntVar(&o.Rounds, "rounds", 1, fmt.Sprintf("run the workloads (and --compare's peers) this many times, one round after the other, then report each round and the medians (at most %d): the machine's speed drifts between runs, and a comparison holds within a round", bench.MaxRounds))
 	f.BoolVarP(&o.Verbose, "verbose", "v", false, "run the schedulers and workers with --log-level info (their logs are in the temporary directory)")
 	cli.Setup(cmd, "agatebench")
 	return cmd

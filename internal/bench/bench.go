@@ -74,7 +74,14 @@ type Config struct {
 	Verbose bool
 	// CommandLine is how the run was started, repeated in the report so it can be reproduced.
 	CommandLine string
+	// Rounds runs the workloads (and the peers of Compare) this many times, one round after the
+	// other; 0 is 1. The machine's speed drifts between runs: rounds show by how much, and a
+	// comparison holds within a round.
+	Rounds int
 }
+
+// MaxRounds bounds Config.Rounds.
+const MaxRounds = 20
 
 // Workloads lists the workloads in the order Run accepts them.
 var Workloads = []string{"burst", "steady", "failover", "intake"}
@@ -111,6 +118,9 @@ func (o Config) Validate() error {
 	if o.TriggersPerCommand > maxTriggersPerCommand {
 		return fmt.Errorf("--triggers-per-command %d: schedule_job takes at most %d", o.TriggersPerCommand, maxTriggersPerCommand)
 	}
+	if o.Rounds < 0 || o.Rounds > MaxRounds {
+		return fmt.Errorf("--rounds %d: use 1 to %d", o.Rounds, MaxRounds)
+	}
 	if o.Profile != "" && o.ProfileSeconds <= 0 {
 		return errors.New("--profile-seconds must be positive")
 	}
@@ -137,7 +147,28 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 	defer inf.close(log)
 
 	b := &bench{o: o, inf: inf, log: log}
-	rep := Report{}
+	rep := Report{Rounds: max(o.Rounds, 1)}
+	for round := 1; round <= rep.Rounds; round++ {
+		if rep.Rounds > 1 {
+			log.Info("round", "round", round, "of", rep.Rounds)
+		}
+		if err := b.runRound(ctx, round, &rep); err != nil {
+			return err
+		}
+	}
+	rep.Env = describeEnv(inf, o)
+	if o.Output == "json" {
+		return writeJSON(out, rep)
+	}
+	writeReport(out, rep)
+	return nil
+}
+
+// runRound runs every configured workload once, then the peers of --compare, and adds their rows
+// to rep under round.
+func (b *bench) runRound(ctx context.Context, round int, rep *Report) error {
+	o := b.o
+	b.round = round
 	for _, w := range o.Workloads {
 		var specs []spec
 		switch w {
@@ -145,6 +176,9 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 			r, err := b.intake(ctx)
 			if err != nil {
 				return err
+			}
+			for i := range r {
+				r[i].Round = round
 			}
 			rep.Intake = append(rep.Intake, r...)
 		case "burst":
@@ -166,6 +200,7 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("workload %s (%d nodes): %w", s.name, s.nodes, err)
 			}
+			r.Round = round
 			rep.Results = append(rep.Results, r)
 		}
 	}
@@ -174,13 +209,14 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 		if err != nil {
 			return err
 		}
-		rep.Peers, rep.PeersSkipped = peers, skipped
+		for i := range peers {
+			peers[i].Round = round
+		}
+		rep.Peers = append(rep.Peers, peers...)
+		if round == 1 {
+			rep.PeersSkipped = skipped
+		}
 	}
-	rep.Env = describeEnv(inf, o)
-	if o.Output == "json" {
-		return writeJSON(out, rep)
-	}
-	writeReport(out, rep)
 	return nil
 }
 

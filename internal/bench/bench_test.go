@@ -34,12 +34,46 @@ func TestValidate(t *testing.T) {
 		"per command":  func(c *Config) { c.TriggersPerCommand = 101 },
 		"in flight":    func(c *Config) { c.InFlight = 0 },
 		"profile secs": func(c *Config) { c.Profile = "/tmp/p"; c.ProfileSeconds = 0 },
+		"rounds":       func(c *Config) { c.Rounds = MaxRounds + 1 },
 	} {
 		c := validConfig()
 		change(&c)
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: invalid configuration accepted", name)
 		}
+	}
+}
+
+// With rounds, each round is reported with its own rows, then the medians, the range of the
+// end-to-end rate and Agate's ratio to the peer of the same round.
+func TestReportSumsRoundsUp(t *testing.T) {
+	agate := func(round int, e2e float64) Result {
+		return Result{Round: round, System: "agate", Workload: "burst", Param: "N=10", Nodes: 2, Fired: 10, E2EPerSec: e2e,
+			FiresPerSec: e2e, CPU: map[string]float64{"postgres": 0.001}}
+	}
+	river := func(round int, e2e float64) Result {
+		return Result{Round: round, System: "river", Workload: "burst", Param: "N=10", Nodes: 2, Completed: 10, E2EPerSec: e2e}
+	}
+	var b strings.Builder
+	writeReport(&b, Report{Rounds: 3, Env: envInfo{PGSettings: map[string]string{}},
+		Results: []Result{agate(1, 100), agate(2, 300), agate(3, 200)},
+		Peers:   []Result{river(1, 200), river(2, 300), river(3, 100)},
+		Intake:  []IntakeResult{{Round: 1, Path: "cmd", Nodes: 2, PerSec: 10}, {Round: 2, Path: "cmd", Nodes: 2, PerSec: 30}, {Round: 3, Path: "cmd", Nodes: 2, PerSec: 20}}})
+	out := b.String()
+	for _, want := range []string{
+		"## Round 1 of 3", "## Round 3 of 3", "## Over 3 rounds",
+		"| agate | burst | N=10 | 2 | 3 | 200 (100–300) | 200 |",
+		"| agate (2) | river | 0.50, 1.00, 2.00 | ×1.00 |",
+		"| cmd | 2 | 10, 30, 20 | 20 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	// Round 2's section holds its rows only.
+	r2 := out[strings.Index(out, "## Round 2 of 3"):strings.Index(out, "## Round 3 of 3")]
+	if !strings.Contains(r2, "| 300 | 300 |") || strings.Contains(r2, "| 100 | 100 |") || strings.Contains(r2, "| 200 | 200 |") {
+		t.Errorf("round 2's section:\n%s", r2)
 	}
 }
 

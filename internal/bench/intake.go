@@ -30,7 +30,8 @@ import (
 // IntakeResult is one measurement of the intake workload: how fast a producer's commands are
 // applied, or, for path "river", River's InsertMany on the same PostgreSQL.
 type IntakeResult struct {
-	Path     string  `json:"path"` // cmd (JetStream, async publish), api (request-reply) or river
+	Round    int     `json:"round,omitempty"` // of Config.Rounds, from 1
+	Path     string  `json:"path"`            // cmd (JetStream, async publish), api (request-reply) or river
 	Nodes    int     `json:"nodes"`
 	Commands int     `json:"commands"`
 	InFlight int     `json:"inFlight"` // publish window, requests in flight, or River's batch size
@@ -397,6 +398,9 @@ func (b *bench) profile(ctx context.Context, targets []pprofTarget, name string)
 	var wg sync.WaitGroup
 	files := make([]string, len(targets))
 	for i, t := range targets {
+		if b.o.Rounds > 1 {
+			name = fmt.Sprintf("r%d-%s", b.round, name)
+		}
 		path := filepath.Join(b.o.Profile, fmt.Sprintf("%s-%s.pprof", name, t.name))
 		wg.Go(func() {
 			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.addr, b.o.ProfileSeconds)

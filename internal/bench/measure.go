@@ -14,7 +14,8 @@ import (
 // Result is one workload run's figures. A peer's run (Quartz, River) is a Result too, with its
 // System, so that one report lists them side by side.
 type Result struct {
-	System             string `json:"system"` // agate, or the peer's name
+	Round              int    `json:"round,omitempty"` // of Config.Rounds, from 1
+	System             string `json:"system"`          // agate, or the peer's name
 	Workload           string `json:"workload"`
 	Param              string `json:"param"`
 	Nodes              int    `json:"nodes"`

@@ -14,7 +14,9 @@ import (
 // Report is everything one run prints: Agate's results, optional peer rows (other schedulers'
 // runs of the same workloads, listed beside them) and the intake measurements.
 type Report struct {
-	Env     envInfo  `json:"environment"`
+	Env envInfo `json:"environment"`
+	// Rounds is how many times the workloads ran; each row says its round.
+	Rounds  int      `json:"rounds"`
 	Results []Result `json:"results"`
 	Peers   []Result `json:"peers,omitempty"`
 	// PeersSkipped says why a peer of --compare did not run (Quartz without Java).
@@ -82,6 +84,19 @@ func writeReport(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "Database settings (diagnostic, not defaults): %s.\n", strings.Join(env.PGSet, ", "))
 	}
 	fmt.Fprintln(w)
+	if rep.Rounds <= 1 {
+		writeRound(w, rep)
+		return
+	}
+	for round := 1; round <= rep.Rounds; round++ {
+		fmt.Fprintf(w, "## Round %d of %d\n\n", round, rep.Rounds)
+		writeRound(w, rep.round(round))
+	}
+	writeRoundsSummary(w, rep)
+}
+
+// writeRound writes the tables of one round's rows.
+func writeRound(w io.Writer, rep Report) {
 	rows := append(slices.Clone(rep.Results), rep.Peers...)
 	if len(rows) > 0 {
 		writeResults(w, rows)
@@ -95,6 +110,15 @@ func writeReport(w io.Writer, rep Report) {
 	if len(rep.Intake) > 0 {
 		writeIntakeTable(w, rep.Intake)
 	}
+}
+
+// round is rep with the rows of one round only.
+func (rep Report) round(n int) Report {
+	keep := func(r Result) bool { return r.Round != n }
+	rep.Results = slices.DeleteFunc(slices.Clone(rep.Results), keep)
+	rep.Peers = slices.DeleteFunc(slices.Clone(rep.Peers), keep)
+	rep.Intake = slices.DeleteFunc(slices.Clone(rep.Intake), func(r IntakeResult) bool { return r.Round != n })
+	return rep
 }
 
 func writeResults(w io.Writer, rows []Result) {

@@ -108,10 +108,11 @@ func failoverSpec(rate int, d time.Duration, nodes int) spec {
 
 // bench runs workloads on the shared infrastructure.
 type bench struct {
-	o   Config
-	inf *infra
-	log *slog.Logger
-	seq int
+	o     Config
+	inf   *infra
+	log   *slog.Logger
+	seq   int
+	round int // the round running, from 1
 }
 
 // runWorkload runs one workload in a fresh database and namespace, with its own scheduler and
