@@ -94,13 +94,30 @@ type browser struct {
 }
 
 func newBrowser(t *testing.T) *browser {
+	// Not t.TempDir: Chromium's helper processes may still write into the profile for a moment
+	// after the browser exited, and t.TempDir fails the test when its removal meets new files.
+	profile, err := os.MkdirTemp("", "agate-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)),
 		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 1000),
-		chromedp.Flag("disable-quic", true), chromedp.UserDataDir(t.TempDir()))
+		chromedp.Flag("disable-quic", true), chromedp.UserDataDir(profile))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	b := &browser{ctx: ctx}
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		// Nothing signals that the helpers are gone: try the removal a few times.
+		for range 20 {
+			if err = os.RemoveAll(profile); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("leaving Chromium's profile %s: %v", profile, err)
+	})
 	chromedp.ListenTarget(ctx, func(ev any) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
