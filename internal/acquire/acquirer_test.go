@@ -3,6 +3,7 @@ package acquire_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,70 @@ func TestRunOnceSkipsHeldPartition(t *testing.T) {
 	_ = tx.Rollback(t.Context())
 	if res, err := a.RunOnce(t.Context()); err != nil || res.Claimed != 1 || len(h.now) != 1 {
 		t.Fatalf("pass after release: %+v, %v", res, err)
+	}
+}
+
+// After a pass that claimed little, a pass takes every partition no other transaction holds in
+// one transaction: it claims in each of them, each claim under its own job's partition, and
+// counts the held partition as busy.
+func TestRunOnceTakesALightFlowInOneTransaction(t *testing.T) {
+	f, _, h, a := setup(t, 4)
+	jobs := map[int]events.Key{} // a job in each partition
+	for i := 0; len(jobs) < 4; i++ {
+		j := key(fmt.Sprint("j", i))
+		if _, ok := jobs[f.Locks.PartitionOf(j.Group, j.Name)]; !ok {
+			jobs[f.Locks.PartitionOf(j.Group, j.Name)] = j
+			f.Job(t, j, false)
+		}
+	}
+	if res, err := a.RunOnce(t.Context()); err != nil || res.Claimed != 0 {
+		t.Fatalf("first pass, nothing due: %+v, %v", res, err) // a light flow from now on
+	}
+	for p, j := range jobs {
+		f.Trigger(t, key(fmt.Sprint("due", p)), j, testenv.Repeating(time.Minute), t0.Add(-time.Second))
+		f.Trigger(t, key(fmt.Sprint("ahead", p)), j, testenv.Repeating(time.Minute), t0.Add(500*time.Millisecond))
+	}
+	held := 2
+	tx, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := f.Locks.Partition(t.Context(), tx, held); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Claimed != 6 || res.FiredNow != 3 || res.Busy != 1 || res.Direct {
+		t.Fatalf("light pass with partition %d held: %+v, want 6 claimed (3 due), 1 busy", held, res)
+	}
+	// One transaction wrote the three partitions' ACQUIRED fired rows.
+	if n := f.Count(t, `select count(distinct xmin::text) from fired_triggers where sched_name = $1`); n != 1 {
+		t.Errorf("the light pass's claims were written by %d transactions, want 1", n)
+	}
+	for _, c := range append(slices.Clone(h.now), h.later...) {
+		if c.Partition == held || c.Partition != f.Locks.PartitionOf(c.JobGroup, c.JobName) {
+			t.Errorf("claim of %s under partition %d; its job's is %d, %d is held", c.Trigger(), c.Partition,
+				f.Locks.PartitionOf(c.JobGroup, c.JobName), held)
+		}
+	}
+	// Released, the partition's triggers are claimed too (the due ones fired above are due
+	// again: this test's firer leaves the rows as they were).
+	_ = tx.Rollback(t.Context())
+	h.now, h.later = nil, nil
+	if res, err := a.RunOnce(t.Context()); err != nil || res.Busy != 0 {
+		t.Fatalf("pass after release: %+v, %v", res, err)
+	}
+	var inHeld []string
+	for _, c := range append(slices.Clone(h.now), h.later...) {
+		if c.Partition == held {
+			inHeld = append(inHeld, c.TriggerName)
+		}
+	}
+	if slices.Sort(inHeld); !slices.Equal(inHeld, []string{fmt.Sprint("ahead", held), fmt.Sprint("due", held)}) {
+		t.Fatalf("claims in partition %d after release: %v, want its due and ahead triggers", held, inHeld)
 	}
 }
 

@@ -1,14 +1,15 @@
 -- name: SelectDue
 -- Served by the partial index triggers_acquire (sched_name, next_fire_time, priority desc) where WAITING.
+-- $6: the lock partitions the transaction holds; each row says its own.
 select t.trigger_group, t.trigger_name, t.job_group, t.job_name, t.next_fire_time, t.priority,
-       j.nonconcurrent, j.requests_recovery
+       j.nonconcurrent, j.requests_recovery, t.partition % $5
 from triggers t
 join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
 where t.sched_name = $1
   and t.state = 'WAITING'
   and t.next_fire_time <= $2
   and (t.next_fire_time >= $3 or t.misfire_instr = 'ignore_misfire_policy')
-  and t.partition % $5 = $6
+  and t.partition % $5 = any($6::int[])
 order by t.next_fire_time, t.priority desc
 limit $4;
 

@@ -213,37 +213,55 @@ func (l Locks) PartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, inst
 // TryPartitionAsMember is TryPartition, then CheckMember with instanceID and m, in one round
 // trip (see PartitionsAsMember). The membership is checked only when the partition was taken.
 func (l Locks) TryPartitionAsMember(ctx context.Context, tx pgx.Tx, p int, instanceID string, m *Member) (bool, error) {
+	taken, err := l.TryPartitionsAsMember(ctx, tx, []int{p}, instanceID, m)
+	return len(taken) == 1, err
+}
+
+// TryPartitionsAsMember takes those of lock partitions ps that no other transaction holds, in
+// ascending order, then checks the membership (CheckMember with instanceID and m), in one round
+// trip, and returns the partitions it took. The membership is checked only when it took one. In
+// global mode it waits for the single lock, as Quartz's acquirers do.
+func (l Locks) TryPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member) ([]int, error) {
+	ps = slices.Compact(slices.Sorted(slices.Values(ps)))
 	if l.Count() == 1 {
-		_, err := l.PartitionsAsMember(ctx, tx, []int{p}, instanceID, m)
-		return err == nil, err
+		if _, err := l.PartitionsAsMember(ctx, tx, ps, instanceID, m); err != nil {
+			return nil, err
+		}
+		return ps, nil
 	}
 	var epoch int64
 	if m != nil {
 		if epoch = m.Epoch(); epoch == 0 {
-			return false, ErrFenced
+			return nil, ErrFenced
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(queries.Get("TryLock"), l.Namespace, l.name(p))
+	for _, p := range ps {
+		b.Queue(queries.Get("TryLock"), l.Namespace, l.name(p))
+	}
 	if m != nil {
 		b.Queue(queries.Get("MemberEpoch"), l.Namespace, instanceID)
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
-	var one int
-	err := br.QueryRow().Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, br.Close()
+	var taken []int
+	for _, p := range ps {
+		var one int
+		err := br.QueryRow().Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("taking lock %s: %w", l.name(p), err)
+		}
+		taken = append(taken, p)
 	}
-	if err != nil {
-		return false, fmt.Errorf("taking lock %s: %w", l.name(p), err)
-	}
-	if m != nil {
+	if m != nil && len(taken) > 0 {
 		if err := memberIs(epoch, br.QueryRow()); err != nil {
-			return false, err
+			return nil, err
 		}
 	}
-	return true, br.Close()
+	return taken, br.Close()
 }
 
 // TryPartition takes lock partition p if no other transaction holds it. In global mode it waits
