@@ -267,18 +267,7 @@ func (l Locks) TryPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, i
 // TryPartition takes lock partition p if no other transaction holds it. In global mode it waits
 // for the single lock, as Quartz's acquirers do.
 func (l Locks) TryPartition(ctx context.Context, tx pgx.Tx, p int) (bool, error) {
-	if l.Count() == 1 {
-		return true, l.Partition(ctx, tx, p)
-	}
-	var one int
-	err := tx.QueryRow(ctx, queries.Get("TryLock"), l.Namespace, l.name(p)).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("taking lock %s: %w", l.name(p), err)
-	}
-	return true, nil
+	return l.TryPartitionAsMember(ctx, tx, p, "", nil)
 }
 
 // Jobs takes the partitions of the given jobs, in ascending order.
