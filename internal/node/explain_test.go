@@ -156,6 +156,33 @@ func TestExplain(t *testing.T) {
 // The workers query lists the worker processes that announced themselves, with their job types
 // and check-in age, and drops one killed without a word within three of its intervals; and each
 // job type's consumer, as JetStream sees it.
+// Explain reads the node's clock, the one commands stamp their events with: on a node whose clock
+// runs ahead of the machine's (as the database-corrected clock may, by milliseconds), a pause made
+// a moment ago was taken for a pause in the future, and the group's pause after the trigger's
+// resume went unseen.
+func TestExplainReadsTheNodeClock(t *testing.T) {
+	e := newEnv(t)
+	e.startNode("n1", func(c *node.Config) {
+		c.Now = func() time.Time { return time.Now().Add(time.Hour) }
+		c.KeepClock = true
+	})
+	for _, cmd := range []struct {
+		name string
+		body map[string]any
+	}{
+		{"schedule_job", map[string]any{"id": "x-job", "job": job("g", "j", "noop", nil, nil), "triggers": []any{
+			map[string]any{"group": "g", "name": "t", "cron": map[string]any{"expression": "0 0 3 * * ?"}}}}},
+		{"pause_trigger", map[string]any{"id": "x-pause", "trigger": map[string]string{"group": "g", "name": "t"}}},
+		{"resume_trigger", map[string]any{"id": "x-resume", "trigger": map[string]string{"group": "g", "name": "t"}}},
+		{"pause_group", map[string]any{"id": "x-pause-group", "group": "g"}},
+	} {
+		if out := e.request(cmd.name, cmd.body); !out.OK {
+			t.Fatalf("%s: %+v", cmd.name, out.Error)
+		}
+	}
+	reason(t, e.explain(t, "t", time.Time{}), "paused", "its group g was paused", "x-pause-group")
+}
+
 func TestWorkersQuery(t *testing.T) {
 	e := newEnv(t)
 	e.startNode("n1", func(c *node.Config) { c.JobTypes = append(node.BuiltinJobTypes(), "boom") })

@@ -232,7 +232,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		return fmt.Errorf("listening for the workers' announcements: %w", err)
 	}
 	defer roster.Stop()
-	queries, err := query.New(query.Config{Namespace: ns, Logger: log, JetStream: js, Roster: roster}, pool)
+	queries, err := query.New(query.Config{Namespace: ns, Logger: log, JetStream: js, Roster: roster, Now: cfg.Now}, pool)
 	if err != nil {
 		return err
 	}

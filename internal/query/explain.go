@@ -151,7 +151,7 @@ type explainer struct {
 func (x *explainer) add(r Reason) { x.out.Reasons = append(x.out.Reasons, r) }
 
 func (h *Handler) explain(ctx context.Context, req *explain) (any, error) {
-	x := &explainer{h: h, key: req.Trigger, now: time.Now().UTC(), out: Explanation{Trigger: req.Trigger, Reasons: []Reason{}}}
+	x := &explainer{h: h, key: req.Trigger, now: h.cfg.Now().UTC(), out: Explanation{Trigger: req.Trigger, Reasons: []Reason{}}}
 	if req.At != nil {
 		at := req.At.UTC()
 		x.out.At = &at

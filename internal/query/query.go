@@ -67,6 +67,9 @@ type Config struct {
 	// Roster, when set, says which worker processes announced themselves lately (the workers
 	// query).
 	Roster *presence.Roster
+	// Now is the node's clock, the one its commands and fires stamp events with (the database's,
+	// store.Clock). Default time.Now.
+	Now func() time.Time
 }
 
 // Handler answers queries.
@@ -120,6 +123,9 @@ func Names() []string { return slices.Sorted(maps.Keys(runners)) }
 func New(cfg Config, pool *pgxpool.Pool) (*Handler, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Timeout = cmp.Or(cfg.Timeout, TimeoutDefault)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	c := jsonschema.NewCompiler()
 	c.AssertFormat() // "after" must be an RFC 3339 time, reported on its field
 	h := &Handler{cfg: cfg, pool: pool, schemas: map[string]*jsonschema.Schema{}, tracer: telemetry.Tracer("query")}
