@@ -395,12 +395,12 @@ func (b *bench) profile(ctx context.Context, targets []pprofTarget, name string)
 	if len(targets) == 0 {
 		return func() []string { return nil }
 	}
+	if b.o.Rounds > 1 {
+		name = fmt.Sprintf("r%d-%s", b.round, name)
+	}
 	var wg sync.WaitGroup
 	files := make([]string, len(targets))
 	for i, t := range targets {
-		if b.o.Rounds > 1 {
-			name = fmt.Sprintf("r%d-%s", b.round, name)
-		}
 		path := filepath.Join(b.o.Profile, fmt.Sprintf("%s-%s.pprof", name, t.name))
 		wg.Go(func() {
 			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.addr, b.o.ProfileSeconds)
