@@ -178,6 +178,20 @@ func CheckMember(ctx context.Context, tx pgx.Tx, namespace, instanceID string, m
 	return memberIs(epoch, tx.QueryRow(ctx, queries.Get("MemberEpoch"), namespace, instanceID))
 }
 
+// queueMember queues CheckMember's read on b and returns what checks its result; for a nil m
+// nothing is queued and the check passes. A node that holds no epoch is fenced at once.
+func queueMember(b *pgx.Batch, namespace, instanceID string, m *Member) (func(pgx.BatchResults) error, error) {
+	if m == nil {
+		return func(pgx.BatchResults) error { return nil }, nil
+	}
+	epoch := m.Epoch()
+	if epoch == 0 {
+		return nil, ErrFenced
+	}
+	b.Queue(queries.Get("MemberEpoch"), namespace, instanceID)
+	return func(br pgx.BatchResults) error { return memberIs(epoch, br.QueryRow()) }, nil
+}
+
 // memberIs reads the result of MemberEpoch: nil when the node's row holds epoch.
 func memberIs(epoch int64, row pgx.Row) error {
 	var current int64

@@ -171,18 +171,13 @@ func (l Locks) PartitionWaited(ctx context.Context, tx pgx.Tx, p int) (time.Dura
 // between.
 func (l Locks) PartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member) (time.Duration, error) {
 	ps = slices.Compact(slices.Sorted(slices.Values(ps)))
-	var epoch int64
-	if m != nil {
-		if epoch = m.Epoch(); epoch == 0 {
-			return 0, ErrFenced
-		}
-	}
 	b := &pgx.Batch{}
 	for _, p := range ps {
 		b.Queue(queries.Get("Lock"), l.Namespace, l.name(p))
 	}
-	if m != nil {
-		b.Queue(queries.Get("MemberEpoch"), l.Namespace, instanceID)
+	checkMember, err := queueMember(b, l.Namespace, instanceID, m)
+	if err != nil {
+		return 0, err
 	}
 	if b.Len() == 0 {
 		return 0, nil
@@ -202,10 +197,8 @@ func (l Locks) PartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, inst
 			l.Wait.Record(ctx, w.Seconds())
 		}
 	}
-	if m != nil {
-		if err := memberIs(epoch, br.QueryRow()); err != nil {
-			return waited, err
-		}
+	if err := checkMember(br); err != nil {
+		return waited, err
 	}
 	return waited, br.Close()
 }
@@ -229,18 +222,13 @@ func (l Locks) TryPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, i
 		}
 		return ps, nil
 	}
-	var epoch int64
-	if m != nil {
-		if epoch = m.Epoch(); epoch == 0 {
-			return nil, ErrFenced
-		}
-	}
 	b := &pgx.Batch{}
 	for _, p := range ps {
 		b.Queue(queries.Get("TryLock"), l.Namespace, l.name(p))
 	}
-	if m != nil {
-		b.Queue(queries.Get("MemberEpoch"), l.Namespace, instanceID)
+	checkMember, err := queueMember(b, l.Namespace, instanceID, m)
+	if err != nil {
+		return nil, err
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -256,8 +244,8 @@ func (l Locks) TryPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, i
 		}
 		taken = append(taken, p)
 	}
-	if m != nil && len(taken) > 0 {
-		if err := memberIs(epoch, br.QueryRow()); err != nil {
+	if len(taken) > 0 {
+		if err := checkMember(br); err != nil {
 			return nil, err
 		}
 	}
