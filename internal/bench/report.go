@@ -153,8 +153,8 @@ func writeResults(w io.Writer, rows []Result) {
 func writeDetails(w io.Writer, r Result) {
 	fmt.Fprintf(w, "### %s %s, %d nodes\n\n", r.Workload, r.Param, r.Nodes)
 	fmt.Fprintf(w, "CPU s over the %.1f s measured: %s.", r.MeasuredSec, cpuSplit(r.CPU))
-	if all := cpuTotal(r.CPU); r.Fired > 0 {
-		fmt.Fprintf(w, " In all %.2f s, %.0f µs a fire.", all, all/float64(r.Fired)*1e6)
+	if r.Fired > 0 {
+		fmt.Fprintf(w, " In all %.2f s, %.0f µs a fire.", cpuTotal(r.CPU), cpuPerFire(r))
 	}
 	fmt.Fprintln(w)
 	if r.Failed > 0 || r.Unexpected > 0 || r.Undecodable > 0 || r.DuplicateFires > 0 || r.DuplicateCompletions > 0 {
