@@ -60,11 +60,13 @@ streams and record per fire its fireId, trigger, scheduledTime, firedTime, node 
 source), startedTime, finishedTime and when JetStream stored the completion. A run ends when
 every expected (trigger, scheduled time) has a JobCompleted (or --timeout after the last due
 time); the streams are read again once quiet for 1s, to count late duplicates. CPU figures end
-when the count was reached, before the bench reads anything.
+when the count was reached and the schedulers had applied every completion (their consumer of
+the DONE stream had nothing pending or unacked: "applied"), before the bench reads anything.
 
 Figures:
   fires/s       burst: fires / (last firedTime - T0); steady, failover: fires / (last - first firedTime)
   e2e/s         expected fires / (last completion stored - T0)
+  applied       T0 + how long until the schedulers had applied every completion
   lateness      p50 / p99 / max against scheduledTime of: fire = firedTime, published = when
                 JetStream stored the JobFired, start = startedTime, e2e = when JetStream stored
                 the JobCompleted

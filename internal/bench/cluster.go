@@ -16,6 +16,7 @@ import (
 
 	"github.com/agatesched/agate/internal/chaos"
 	"github.com/agatesched/agate/internal/cli"
+	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/events"
 )
 
@@ -187,6 +188,28 @@ func waitWorkers(ctx context.Context, js jetstream.JetStream, ns string, n int) 
 		case <-ctx.Done():
 			return fmt.Errorf("%d worker processes not fetching after 30s (last error: %v)", n, err)
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// waitApplied waits until the schedulers' completion consumer (complete.DurableName) has nothing
+// left to apply: every JobCompleted on the DONE stream was delivered to a node and acked, after
+// its transaction committed. It returns when that was seen, or the zero time at the deadline.
+func waitApplied(ctx context.Context, js jetstream.JetStream, ns string, deadline time.Time) time.Time {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		if c, err := js.Consumer(ctx, events.StreamDone(ns), complete.DurableName); err == nil {
+			if info, err := c.Info(ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+				return time.Now()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}
+		case <-tick.C:
 		}
 	}
 }

@@ -67,7 +67,10 @@ type Result struct {
 	FirstFiredAfterT0Sec   float64            `json:"firstFiredAfterT0Sec"`
 	LastFiredAfterT0Sec    float64            `json:"lastFiredAfterT0Sec"`
 	AllCompletedAfterT0Sec float64            `json:"allCompletedAfterT0Sec"`
-	TimedOut               bool               `json:"timedOut"`
+	// AppliedAfterT0Sec: when the schedulers had applied every completion (their consumer of the
+	// DONE stream had nothing pending or unacked); the CPU figures run to it.
+	AppliedAfterT0Sec float64 `json:"appliedAfterT0Sec,omitempty"`
+	TimedOut          bool    `json:"timedOut"`
 	// Windows: start lateness per window of scheduled time (a third of the run), to see a
 	// growing backlog.
 	Windows   []Window `json:"windows,omitempty"`
