@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -87,6 +88,8 @@ type Acquirer struct {
 	directUntil []time.Time
 	// light: the last pass claimed little, so the next takes every partition in one transaction.
 	light bool
+	// backlog: the last pass claimed a full batch in some partition (Backlogged).
+	backlog atomic.Bool
 
 	metrics metrics
 
@@ -168,6 +171,11 @@ func (a *Acquirer) Run(ctx context.Context) error {
 	}
 }
 
+// Backlogged reports whether the loop's last pass claimed a full batch in some partition: more
+// triggers are due than a pass fires, and the loop passes again at once. The completion consumer
+// yields to the fire path meanwhile (complete.Config.Backlogged).
+func (a *Acquirer) Backlogged() bool { return a.backlog.Load() }
+
 // Result says what one acquire pass did.
 type Result struct {
 	Claimed     int       // triggers claimed (fired now or scheduled)
@@ -210,8 +218,8 @@ const (
 
 // RunOnce is one acquire pass: a transaction per lock partition that no other node holds; one
 // transaction in global mode, and for a light flow one over every partition no other holds.
-func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
-	var total Result
+func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
+	defer func() { a.backlog.Store(err == nil && total.Full) }()
 	if !a.cfg.Member.Joined() || !a.cfg.Clock.Synced() {
 		return total, nil // declared failed, or the clock is not known: recovery puts it right
 	}
@@ -268,7 +276,7 @@ func (a *Acquirer) RunOnce(ctx context.Context) (Result, error) {
 	// Once per pass, outside the partitions' transactions: it reads every partition, and the
 	// partial index it walks holds the dead entries of every trigger that fired since the last
 	// vacuum (up to 4 ms a call at 1,000 fires/s), which a lock holder should not wait for.
-	err := a.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+	err = a.outbox.InTx(ctx, func(tx *outbox.Tx) error {
 		var err error
 		total.NextWaiting, err = a.nextWaiting(ctx, tx)
 		return err

@@ -125,6 +125,33 @@ func TestRunOnceFiresAHeavyFlowWhenDue(t *testing.T) {
 	}
 }
 
+// A pass that claims a full batch leaves the node backlogged (the completion consumer yields to
+// it) until a pass claims less.
+func TestRunOnceReportsABacklog(t *testing.T) {
+	f, _, h, a := setup(t, 1) // Batch 10
+	f.Job(t, key("j"), false)
+	for i := range 12 {
+		f.Trigger(t, key(fmt.Sprint("t", i)), key("j"), testenv.Repeating(time.Hour), t0.Add(-time.Second))
+	}
+	if a.Backlogged() {
+		t.Fatal("backlogged before any pass")
+	}
+	if res, err := a.RunOnce(t.Context()); err != nil || !res.Full || len(h.now) != 10 {
+		t.Fatalf("first pass: %+v, %v, fired %d; want a full batch of 10", res, err, len(h.now))
+	}
+	if !a.Backlogged() {
+		t.Fatal("not backlogged after a full batch")
+	}
+	// The fake firer leaves the triggers WAITING: keep 2 of them, as a real fire would have.
+	f.Exec(t, `delete from triggers where sched_name = $1 and trigger_name not in ('t0', 't1')`, f.Namespace())
+	if res, err := a.RunOnce(t.Context()); err != nil || res.Full || len(h.now) != 12 {
+		t.Fatalf("second pass: %+v, %v, fired %d in all; want the 2 left", res, err, len(h.now))
+	}
+	if a.Backlogged() {
+		t.Fatal("still backlogged after a pass that claimed less than a batch")
+	}
+}
+
 // Quartz acquires at most one trigger of a non-concurrent job per batch.
 func TestRunOnceOneTriggerPerNonconcurrentJob(t *testing.T) {
 	f, _, h, a := setup(t, 1)
