@@ -1,3 +1,9 @@
+-- name: LockMembership
+-- Join's first statement: it waits for the transactions of an earlier run with this instance id
+-- that still hold the row (store's MemberEpoch, FOR KEY SHARE, which the upsert's update of no
+-- key column would not wait for), so that none of them fires after this run gave its claims back.
+select 1 from scheduler_state where sched_name = $1 and instance_id = $2 for update;
+
 -- name: Join
 -- A node enters the cluster under a new epoch (a row left by an earlier run of this instance id
 -- gets a new one too). It vouches for no published event yet, and later only for events of

@@ -244,8 +244,15 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, error) {
 		}
 	}
 	if r.epoch == 0 {
-		if err := r.pool.QueryRow(ctx, queries.Get("Join"), r.cfg.Namespace, r.cfg.InstanceID,
-			r.cfg.CheckinInterval.Milliseconds()).Scan(&r.epoch); err != nil {
+		err := store.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, queries.Get("LockMembership"), r.cfg.Namespace, r.cfg.InstanceID); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, queries.Get("Join"), r.cfg.Namespace, r.cfg.InstanceID,
+				r.cfg.CheckinInterval.Milliseconds()).Scan(&r.epoch)
+		})
+		if err != nil {
+			r.epoch = 0
 			return res, fmt.Errorf("joining the cluster: %w", err)
 		}
 		// The heartbeat keeps the new membership alive from now on, even while this pass waits

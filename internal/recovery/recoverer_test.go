@@ -2,11 +2,14 @@ package recovery_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
@@ -198,6 +201,57 @@ func TestFencedNodeRejoinsUnderNewEpoch(t *testing.T) {
 	if got := f.State(t, key("old")); got != store.StateWaiting {
 		t.Fatalf("the old epoch's claim is %s, want WAITING", got)
 	}
+}
+
+// A transaction that claims or fires holds its node's membership row FOR KEY SHARE: the node's
+// check-in goes through at once (under FOR SHARE it waited behind every such transaction), while
+// the cluster declaring the node failed, and a new run of its instance id joining, wait for it.
+func TestMembershipHeldByATransactionLetsCheckInsThrough(t *testing.T) {
+	f := testenv.NewFixture(t, 2)
+	// A lock wait fails after 200 ms on this pool instead of waiting for the transaction below.
+	cfg := f.Pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "200"
+	impatient, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impatient.Close()
+	run := func(member *store.Member) *recovery.Recoverer {
+		return recovery.New(recovery.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Member: member},
+			impatient, outbox.New(outbox.Config{Namespace: f.Namespace()}, impatient, nil))
+	}
+	member := &store.Member{}
+	r := run(member)
+	if _, err := r.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := store.CheckMember(t.Context(), tx, f.Namespace(), "n1", member); err != nil {
+		t.Fatal(err)
+	}
+
+	if res, err := r.RunOnce(t.Context()); err != nil || res.Fenced {
+		t.Fatalf("check-in while a fire transaction held the membership: %+v, %v; want it through", res, err)
+	}
+	if _, err := run(&store.Member{}).RunOnce(t.Context()); !isLockTimeout(err) {
+		t.Fatalf("a new run of n1 joined while a transaction of the old run held its membership: %v", err)
+	}
+	if _, err := impatient.Exec(t.Context(), `delete from scheduler_state where sched_name = $1 and instance_id = 'n1'`,
+		f.Namespace()); !isLockTimeout(err) {
+		t.Fatalf("n1 was declared failed while a transaction of its held its membership: %v", err)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // The healing scan repairs triggers stuck where nothing would move them, with an event each,
