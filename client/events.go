@@ -90,7 +90,7 @@ var eventKinds = map[string]eventKind{
 	events.TypeTriggerRepaired:       {family: "trigger", trigger: true},
 	events.TypeJobAdded:              {family: "job", job: true},
 	events.TypeJobDeleted:            {family: "job", job: true},
-	events.TypeJobInterruptRequested: {family: "job", job: true},
+	events.TypeJobInterruptRequested: {family: "interrupt", job: true},
 	events.TypeGroupPaused:           {family: "group"},
 	events.TypeGroupResumed:          {family: "group"},
 	events.TypeCalendarAdded:         {family: "calendar"},
@@ -101,7 +101,7 @@ var eventKinds = map[string]eventKind{
 }
 
 // evtKinds are the kinds of agate.<ns>.evt.<kind>, all carried by the EVENTS stream.
-var evtKinds = []string{"calendar", "command", "group", "job", "trigger"}
+var evtKinds = []string{"calendar", "command", "group", "interrupt", "job", "trigger"}
 
 // EventTypes returns the event types Agate emits, sorted: the values ParseEventType accepts.
 func EventTypes() []string { return slices.Sorted(maps.Keys(eventKinds)) }

@@ -392,6 +392,6 @@ func (a *applyCtx) interruptJob(ctx context.Context, c *InterruptJob) (any, erro
 		}
 		executing = 1
 	}
-	return map[string]any{"executing": executing}, a.event(events.TypeJobInterruptRequested, events.AggregateJob, job.String(), "job",
+	return map[string]any{"executing": executing}, a.event(events.TypeJobInterruptRequested, events.AggregateJob, job.String(), "interrupt",
 		events.InterruptRequest{Job: job, FireID: c.FireID, Executing: executing, CommandID: a.commandID})
 }

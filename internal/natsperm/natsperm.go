@@ -105,7 +105,7 @@ func For(ns string, role Role) (Permissions, error) {
 				"$JS.API.CONSUMER.MSG.NEXT." + fired + ".*",
 				"$JS.ACK." + fired + ".>",
 			},
-			Subscribe: []string{"_INBOX.>", MaxDeliveriesAdvisory(ns), s.Evt("job")},
+			Subscribe: []string{"_INBOX.>", MaxDeliveriesAdvisory(ns), s.Evt("interrupt")},
 		}, nil
 	case Producer:
 		// Sends commands, durably or as requests, and queries; watches outcomes; discovers its

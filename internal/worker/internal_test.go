@@ -1,13 +1,10 @@
 package worker
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/agatesched/agate/internal/events"
 )
 
 func TestBackoffDoublesAndCaps(t *testing.T) {
@@ -31,24 +28,5 @@ func TestTruncateKeepsUTF8(t *testing.T) {
 	}
 	if q := quoteBody([]byte(strings.Repeat("\xff", 300))); !utf8.ValidString(q) || q == "" {
 		t.Errorf("quoteBody of binary = %q", q)
-	}
-}
-
-// The interrupt subscription passes over bodies without interruptType: an interrupt request as
-// the schedulers publish it has it, the other job events do not.
-func TestInterruptTypeIsInTheMessage(t *testing.T) {
-	for typ, want := range map[string]bool{events.TypeJobInterruptRequested: true, events.TypeJobAdded: false, events.TypeJobDeleted: false} {
-		ev, err := events.New(typ, events.Source("ns", "n1"), events.AggregateJob, "g.j", events.Subjects("ns").Evt("job"), time.Now(),
-			events.InterruptRequest{Job: events.Key{Group: "g", Name: "j"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg, err := events.Message(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := bytes.Contains(msg.Data, interruptType); got != want {
-			t.Errorf("%s: contains %s = %v", typ, interruptType, got)
-		}
 	}
 }

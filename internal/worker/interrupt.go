@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -61,22 +60,18 @@ func (e *executions) interrupt(job events.Key, fireID uuid.UUID) int {
 	return n
 }
 
-// interruptType is how the type of an interrupt request appears in its body. Only the schedulers
-// publish job events, with events.Message, which writes the type as it is: a body without it is
-// not an interrupt request.
-var interruptType = []byte(`"` + events.TypeJobInterruptRequested + `"`)
-
-// subscribeInterrupts listens, on every worker (no queue group: the run may be anywhere), to the
-// job events, and acts on JobInterruptRequested.
+// subscribeInterrupts listens, on every worker (no queue group: the run may be anywhere), to
+// JobInterruptRequested, which has a subject of its own (agate.<ns>.evt.interrupt): on the job
+// events' subject every worker received every JobAdded and JobDeleted, two deliveries a one-shot
+// fire for a pair of workers, and the data of every job of every type.
 func (w *Worker) subscribeInterrupts(ctx context.Context) (*nats.Subscription, error) {
-	return w.js.Conn().Subscribe(w.subjects.Evt("job"), func(m *nats.Msg) {
-		if !bytes.Contains(m.Data, interruptType) {
-			return // most job events; decoding each was a tenth of a worker's CPU in a burst
-		}
+	return w.js.Conn().Subscribe(w.subjects.Evt("interrupt"), func(m *nats.Msg) {
 		var req events.InterruptRequest
 		env, err := events.Decode(m.Data, &req)
 		if err != nil || env.Type != events.TypeJobInterruptRequested {
-			return // the other job events, or one this worker cannot read: not an interrupt
+			w.log.WarnContext(ctx, "ignoring a message on the interrupt subject that is not an interrupt request",
+				"subject", m.Subject, "error", err)
+			return
 		}
 		if age := time.Since(env.Time); age > interruptMaxAge {
 			w.log.WarnContext(ctx, "ignoring an interrupt request that arrived late", "job", req.Job.String(), "age", age.Round(time.Second))

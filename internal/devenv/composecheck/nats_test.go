@@ -647,6 +647,9 @@ func walkThrough(t *testing.T, r roleClients) {
 	work.denied(t, "worker publishing a scheduler event", subj.Evt("trigger"))
 	_ = work.nc.Publish(subj.Fired("noop"), []byte(`{}`))
 	work.denied(t, "worker publishing JobFired", subj.Fired("noop"))
+	// A worker hears interrupt requests, not the job events (JobAdded carries every job's data).
+	_, _ = work.nc.SubscribeSync(subj.Evt("job"))
+	work.denied(t, "worker watching the job events", subj.Evt("job"))
 	_ = work.nc.Publish(subj.Command("pause_all"), []byte(`{}`))
 	work.denied(t, "worker publishing a command", subj.Command("pause_all"))
 	_ = work.nc.Publish("$JS.API.STREAM.DELETE."+events.StreamFired(ns), nil)
