@@ -148,9 +148,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 const yieldPoll = 5 * time.Millisecond
 
 // yielder decides when the consumer yields to the fire path (Config.Backlogged). A burst of
-// 20,000 one-shots due at once on 2 nodes, the completions applied after the fires rather than
-// between them: e2e 10,300–10,541/s against 8,017–8,096, fires 14,102–14,443/s against
-// 10,009–11,445 (docs/performance.md).
+// 20,000 one-shots due at once on 2 nodes, the completions applied mostly after the fires rather
+// than between them, three pairs of runs interleaved: e2e 7,594–9,044/s against 6,764–8,030,
+// fires 9,595–13,480/s against 9,585–10,700, the same CPU in all (docs/performance.md).
 type yielder struct {
 	backlogged func() bool
 	max        time.Duration
