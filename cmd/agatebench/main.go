@@ -97,7 +97,9 @@ Side by side. --compare then runs the burst (--burst-n jobs due at one instant, 
 River v0.51.1 (internal/bench/river, a module of its own: FetchCooldown 1ms, FetchPollInterval
 10ms, MaxWorkers 100, ANALYZE before T0) and Quartz 2.3.2 clustered (internal/bench/quartz,
 compiled with javac against Debian's libquartz2-java; skipped with the install line when absent),
-with --compare-procs processes each, on the same PostgreSQL, and prints the ratios.
+with --compare-procs processes each, on the same PostgreSQL, and prints the ratios: of Agate's
+e2e/s, and of its applied/s (the schedulers' bookkeeping of every completion done too; a
+peer's completion is its database row).
 
 Rounds. --rounds N runs everything N times, one round after the other (with --compare, Agate's
 workloads then the peers in each round), reports each round, then the medians over the rounds

@@ -48,8 +48,8 @@ func TestValidate(t *testing.T) {
 // end-to-end rate and Agate's ratio to the peer of the same round.
 func TestReportSumsRoundsUp(t *testing.T) {
 	agate := func(round int, e2e float64) Result {
-		return Result{Round: round, System: "agate", Workload: "burst", Param: "N=10", Nodes: 2, Fired: 10, E2EPerSec: e2e,
-			FiresPerSec: e2e, CPU: map[string]float64{"postgres": 0.001}}
+		return Result{Round: round, System: "agate", Workload: "burst", Param: "N=10", Nodes: 2, Fired: 10, Expected: 10, E2EPerSec: e2e,
+			FiresPerSec: e2e, AppliedAfterT0Sec: 20 / e2e, CPU: map[string]float64{"postgres": 0.001}}
 	}
 	river := func(round int, e2e float64) Result {
 		return Result{Round: round, System: "river", Workload: "burst", Param: "N=10", Nodes: 2, Completed: 10, E2EPerSec: e2e}
@@ -62,7 +62,8 @@ func TestReportSumsRoundsUp(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"## Round 1 of 3", "## Round 3 of 3", "## Over 3 rounds",
-		"| agate | burst | N=10 | 2 | 3 | 200 (100–300) | 200 |",
+		"| agate | burst | N=10 | 2 | 3 | 200 (100–300) | 100 | 200 |", // applied/s: half the e2e/s
+		"| agate (2) | river (2) | 100 | 200 | ×0.50 | 50 | ×0.25 |",
 		"| agate (2) | river | 0.50, 1.00, 2.00 | ×1.00 |",
 		"| cmd | 2 | 10, 30, 20 | 20 |",
 	} {

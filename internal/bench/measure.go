@@ -271,3 +271,12 @@ func percentiles(d []time.Duration) Lateness {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func round1(f float64) float64 { return math.Round(f*10) / 10 }
+
+// AppliedPerSec is the expected fires / (T0 → every completion applied by the schedulers): the
+// rate with the schedulers' bookkeeping done, 0 when not measured.
+func (r Result) AppliedPerSec() float64 {
+	if r.AppliedAfterT0Sec <= 0 {
+		return 0
+	}
+	return float64(r.Expected) / r.AppliedAfterT0Sec
+}

@@ -28,22 +28,23 @@ func writeRoundsSummary(w io.Writer, rep Report) {
 		groups[k] = append(groups[k], r)
 	}
 	if len(order) > 0 {
-		fmt.Fprintln(w, "| system | workload | size | nodes | rounds | e2e/s median (min–max) | fires/s median | fire late p99 ms median | start late p99 ms median | CPU a fire median | dup / missing in all |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| system | workload | size | nodes | rounds | e2e/s median (min–max) | applied/s median | fires/s median | fire late p99 ms median | start late p99 ms median | CPU a fire median | dup / missing in all |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	}
 	for _, k := range order {
 		rs := groups[k]
 		e2e := collect(rs, func(r Result) float64 { return r.E2EPerSec })
-		fires := "—"
+		fires, applied := "—", "—"
 		if k.system == "agate" {
 			fires = f0(median(collect(rs, func(r Result) float64 { return r.FiresPerSec })))
+			applied = f0(median(collect(rs, Result.AppliedPerSec)))
 		}
 		var dup, missing int
 		for _, r := range rs {
 			dup, missing = dup+r.Duplicates, missing+r.Missing
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %s (%s–%s) | %s | %s | %s | %s µs | %d / %d |\n",
-			k.system, k.workload, k.param, k.nodes, len(rs), f0(median(e2e)), f0(slices.Min(e2e)), f0(slices.Max(e2e)), fires,
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %s (%s–%s) | %s | %s | %s | %s | %s µs | %d / %d |\n",
+			k.system, k.workload, k.param, k.nodes, len(rs), f0(median(e2e)), f0(slices.Min(e2e)), f0(slices.Max(e2e)), applied, fires,
 			f1(median(collect(rs, func(r Result) float64 { return r.FireLate.P99Ms }))),
 			f1(median(collect(rs, func(r Result) float64 { return r.StartLate.P99Ms }))),
 			f0(median(collect(rs, cpuPerFire))), dup, missing)
