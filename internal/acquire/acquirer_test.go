@@ -23,12 +23,16 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 type handoff struct {
 	mu         sync.Mutex
 	now, later []store.Claim
+	fires      int // Fire calls with claims: transactions that fired
 }
 
 func (h *handoff) Fire(_ context.Context, _ *outbox.Tx, claims []store.Claim) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.now = append(h.now, claims...)
+	if len(claims) > 0 {
+		h.fires++
+	}
 	return len(claims), nil
 }
 
@@ -250,6 +254,51 @@ func TestRunOnceTakesALightFlowInOneTransaction(t *testing.T) {
 	}
 	if slices.Sort(inHeld); !slices.Equal(inHeld, []string{fmt.Sprint("ahead", held), fmt.Sprint("due", held)}) {
 		t.Fatalf("claims in partition %d after release: %v, want its due and ahead triggers", held, inHeld)
+	}
+}
+
+// A heavy flow whose last pass claimed less than a full batch is fired in one transaction over
+// every free partition, what is due only; a full batch sends the next pass back to a transaction
+// per partition.
+func TestRunOnceFiresAHeavyFlowInOneTransaction(t *testing.T) {
+	f, clock, h, a := setup(t, 4) // Batch 10, FireAhead 1s
+	jobs := map[int]events.Key{} // a job in each partition
+	for i := 0; len(jobs) < 4; i++ {
+		j := key(fmt.Sprint("j", i))
+		if _, ok := jobs[f.Locks.PartitionOf(j.Group, j.Name)]; !ok {
+			jobs[f.Locks.PartitionOf(j.Group, j.Name)] = j
+			f.Job(t, j, false)
+		}
+	}
+	heavy := f.Locks.PartitionOf(jobs[0].Group, jobs[0].Name)
+	for i := range 12 {
+		f.Trigger(t, key(fmt.Sprint("h", i)), jobs[heavy], testenv.Repeating(time.Hour), t0.Add(time.Duration(i+1)*80*time.Millisecond))
+	}
+	if res, err := a.RunOnce(t.Context()); err != nil || !res.Direct || res.Claimed != 0 {
+		t.Fatalf("first pass over a full window: %+v, %v; want partition %d in a heavy flow", res, err, heavy)
+	}
+	for p, j := range jobs {
+		if p != heavy {
+			f.Trigger(t, key(fmt.Sprint("l", p)), j, testenv.Repeating(time.Hour), t0.Add(300*time.Millisecond))
+		}
+	}
+	clock.Set(t0.Add(410 * time.Millisecond))
+	res, err := a.RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Direct || res.FiredNow != 8 || len(h.later) != 0 || h.fires != 1 {
+		t.Fatalf("pass in the heavy flow: %+v, %d transactions fired, %d queued; want the 8 due (5 + 3 partitions' 1) fired in 1, none queued",
+			res, h.fires, len(h.later))
+	}
+	// 14 due (this test's firer leaves the triggers WAITING), more than a batch: a full batch in
+	// one transaction, then a transaction per partition.
+	clock.Set(t0.Add(900 * time.Millisecond))
+	if res, err := a.RunOnce(t.Context()); err != nil || !res.Full || h.fires != 2 {
+		t.Fatalf("pass with 14 due: %+v, %v, %d transactions fired in all; want a full batch in one more", res, err, h.fires)
+	}
+	if _, err := a.RunOnce(t.Context()); err != nil || h.fires != 6 {
+		t.Fatalf("pass after a full batch: %v, %d transactions fired in all; want one per partition (4 more)", err, h.fires)
 	}
 }
 
