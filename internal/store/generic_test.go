@@ -61,3 +61,71 @@ func TestCollectGenericLeavesCustomPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A transaction whose last statement commits it in the same round trip (ScanCommit,
+// ScanGenericCommit under InTxCommitting) is committed, its connection goes back to the pool
+// idle (the pool would close one left in a transaction), and a failure in that round trip
+// rolls the whole transaction back.
+func TestInTxCommittingCommitsWithTheLastStatement(t *testing.T) {
+	ctx := t.Context()
+	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "create table committed (x int primary key)"); err != nil {
+		t.Fatal(err)
+	}
+	backend := func() uint32 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		return c.Conn().PgConn().PID()
+	}
+	pid := backend()
+	count := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, "select count(*) from committed").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for name, last := range map[string]func(tx pgx.Tx, x int) error{
+		"ScanCommit": func(tx pgx.Tx, x int) error {
+			var got int
+			return store.ScanCommit(ctx, tx, []any{&got}, "insert into committed values ($1) returning x", x)
+		},
+		"ScanGenericCommit": func(tx pgx.Tx, x int) error {
+			var got int
+			return store.ScanGenericCommit(ctx, tx, []any{&got}, "insert into committed select x from unnest($1::int4[]) x returning x", []int32{int32(x)})
+		},
+	} {
+		if _, err := pool.Exec(ctx, "truncate committed"); err != nil {
+			t.Fatal(err)
+		}
+		err := store.InTxCommitting(ctx, pool, func(tx pgx.Tx) (bool, error) {
+			if _, err := tx.Exec(ctx, "insert into committed values (1)"); err != nil {
+				return false, err
+			}
+			return true, last(tx, 2)
+		})
+		if err != nil || count() != 2 {
+			t.Fatalf("%s: error %v, %d rows; want both committed", name, err, count())
+		}
+		// The last statement fails (a duplicate key): nothing of the transaction stays.
+		err = store.InTxCommitting(ctx, pool, func(tx pgx.Tx) (bool, error) {
+			if _, err := tx.Exec(ctx, "insert into committed values (3)"); err != nil {
+				return false, err
+			}
+			return true, last(tx, 2)
+		})
+		if err == nil || count() != 2 {
+			t.Fatalf("%s with a failing last statement: error %v, %d rows; want an error and the 2 rows before it", name, err, count())
+		}
+		if got := backend(); got != pid {
+			t.Fatalf("%s: the pool's connection changed (backend %d, was %d): it was left in a transaction", name, got, pid)
+		}
+	}
+}
