@@ -262,7 +262,7 @@ func TestRunOnceTakesALightFlowInOneTransaction(t *testing.T) {
 // per partition.
 func TestRunOnceFiresAHeavyFlowInOneTransaction(t *testing.T) {
 	f, clock, h, a := setup(t, 4) // Batch 10, FireAhead 1s
-	jobs := map[int]events.Key{} // a job in each partition
+	jobs := map[int]events.Key{}  // a job in each partition
 	for i := 0; len(jobs) < 4; i++ {
 		j := key(fmt.Sprint("j", i))
 		if _, ok := jobs[f.Locks.PartitionOf(j.Group, j.Name)]; !ok {

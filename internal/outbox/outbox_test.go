@@ -190,7 +190,10 @@ func TestSweepOrdersXIDsAsNumbers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { _, err := appendEvents(ctx, tx, ns, []events.Event{young}, nil, false); return err }); err != nil {
+	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := appendEvents(ctx, tx, ns, []events.Event{young}, nil, false)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	var older int64
