@@ -57,6 +57,20 @@ func setup(t *testing.T, partitions int) (*testenv.Fixture, *testenv.Clock, *han
 
 func key(name string) events.Key { return events.Key{Group: "g", Name: name} }
 
+// jobPerPartition adds a job in each of the n partitions and returns them by partition.
+func jobPerPartition(t *testing.T, f *testenv.Fixture, n int) map[int]events.Key {
+	t.Helper()
+	jobs := map[int]events.Key{}
+	for i := 0; len(jobs) < n; i++ {
+		j := key(fmt.Sprint("j", i))
+		if _, ok := jobs[f.Locks.PartitionOf(j.Group, j.Name)]; !ok {
+			jobs[f.Locks.PartitionOf(j.Group, j.Name)] = j
+			f.Job(t, j, false)
+		}
+	}
+	return jobs
+}
+
 // A pass fires what is due in its own transaction, claims what is due within the fire-ahead
 // window (trigger and fired row ACQUIRED) for the queue, and leaves the rest.
 func TestRunOnceSplitsDueAndAhead(t *testing.T) {
@@ -198,14 +212,7 @@ func TestRunOnceSkipsHeldPartition(t *testing.T) {
 // counts the held partition as busy.
 func TestRunOnceTakesALightFlowInOneTransaction(t *testing.T) {
 	f, _, h, a := setup(t, 4)
-	jobs := map[int]events.Key{} // a job in each partition
-	for i := 0; len(jobs) < 4; i++ {
-		j := key(fmt.Sprint("j", i))
-		if _, ok := jobs[f.Locks.PartitionOf(j.Group, j.Name)]; !ok {
-			jobs[f.Locks.PartitionOf(j.Group, j.Name)] = j
-			f.Job(t, j, false)
-		}
-	}
+	jobs := jobPerPartition(t, f, 4)
 	if res, err := a.RunOnce(t.Context()); err != nil || res.Claimed != 0 {
 		t.Fatalf("first pass, nothing due: %+v, %v", res, err) // a light flow from now on
 	}
@@ -262,14 +269,7 @@ func TestRunOnceTakesALightFlowInOneTransaction(t *testing.T) {
 // per partition.
 func TestRunOnceFiresAHeavyFlowInOneTransaction(t *testing.T) {
 	f, clock, h, a := setup(t, 4) // Batch 10, FireAhead 1s
-	jobs := map[int]events.Key{}  // a job in each partition
-	for i := 0; len(jobs) < 4; i++ {
-		j := key(fmt.Sprint("j", i))
-		if _, ok := jobs[f.Locks.PartitionOf(j.Group, j.Name)]; !ok {
-			jobs[f.Locks.PartitionOf(j.Group, j.Name)] = j
-			f.Job(t, j, false)
-		}
-	}
+	jobs := jobPerPartition(t, f, 4)
 	heavy := f.Locks.PartitionOf(jobs[0].Group, jobs[0].Name)
 	for i := range 12 {
 		f.Trigger(t, key(fmt.Sprint("h", i)), jobs[heavy], testenv.Repeating(time.Hour), t0.Add(time.Duration(i+1)*80*time.Millisecond))
