@@ -158,20 +158,17 @@ func (o *Outbox) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	var evs []events.Event
 	var onCommit []func()
 	pt := o.pub.begin()
-	err := store.InTxCommitting(ctx, o.pool, func(ptx pgx.Tx) (bool, error) {
+	err := store.InTx(ctx, o.pool, func(ptx pgx.Tx) error {
 		tx := &Tx{Tx: ptx}
 		if err := fn(tx); err != nil {
-			return false, err
+			return err
 		}
 		evs, onCommit = tx.evs, tx.onCommit
-		xid, err := appendEvents(ctx, ptx, o.cfg.Namespace, evs, tx.mayRepeat, true)
-		if err != nil {
-			return false, err
-		}
-		if xid != 0 {
+		xid, err := appendEvents(ctx, ptx, o.cfg.Namespace, evs, tx.mayRepeat)
+		if err == nil && xid != 0 {
 			o.pub.assigned(pt, xid)
 		}
-		return xid != 0, nil
+		return err
 	})
 	if err != nil {
 		o.pub.failed(pt)
@@ -193,12 +190,9 @@ func (o *Outbox) PublishedBelow() uint64 { return o.pub.below() }
 // events the sweep has published.
 func (o *Outbox) Seen(xid, cursor uint64) { o.pub.seen(xid, cursor) }
 
-// appendEvents writes evs to the log in tx, in one statement, and with commit set commits tx in
-// the same round trip: a transaction's locks went a round trip after its last write, and the
-// commit was one of every fire transaction's eight. It returns the transaction's xid, or 0 when
-// evs is empty (nothing written, tx left open). Those whose id is in mayRepeat are skipped when
-// the log holds them.
-func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events.Event, mayRepeat map[uuid.UUID]bool, commit bool) (uint64, error) {
+// appendEvents writes evs to the log in tx, in one statement, and returns the transaction's
+// xid (0 when evs is empty). Those whose id is in mayRepeat are skipped when the log holds them.
+func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events.Event, mayRepeat map[uuid.UUID]bool) (uint64, error) {
 	if len(evs) == 0 {
 		return 0, nil
 	}
@@ -235,16 +229,10 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 	}
 	var xid uint64
 	var err error
-	dest := []any{&xid}
-	switch {
-	case query == "Append" && commit:
-		err = store.ScanGenericCommit(ctx, tx, dest, queries.Get(query), args...)
-	case query == "Append":
-		err = store.ScanGeneric(ctx, tx, dest, queries.Get(query), args...)
-	case commit: // AppendFromBus probes the log for each id: custom plans, as everything that reads
-		err = store.ScanCommit(ctx, tx, dest, queries.Get(query), args...)
-	default:
-		err = tx.QueryRow(ctx, queries.Get(query), args...).Scan(dest...)
+	if query == "Append" {
+		err = store.ScanGeneric(ctx, tx, []any{&xid}, queries.Get(query), args...)
+	} else { // AppendFromBus probes the log for each id: custom plans, as everything that reads
+		err = tx.QueryRow(ctx, queries.Get(query), args...).Scan(&xid)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("appending %d events to the log: %w", n, err)

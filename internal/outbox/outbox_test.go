@@ -57,7 +57,7 @@ func appendOne(t *testing.T, ctx context.Context, tx pgx.Tx, ns, name string) ev
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := appendEvents(ctx, tx, ns, []events.Event{ev}, nil, false); err != nil {
+	if _, err := appendEvents(ctx, tx, ns, []events.Event{ev}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return ev
@@ -190,10 +190,7 @@ func TestSweepOrdersXIDsAsNumbers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error {
-		_, err := appendEvents(ctx, tx, ns, []events.Event{young}, nil, false)
-		return err
-	}); err != nil {
+	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { _, err := appendEvents(ctx, tx, ns, []events.Event{young}, nil); return err }); err != nil {
 		t.Fatal(err)
 	}
 	var older int64
@@ -237,7 +234,7 @@ func TestSweepStopsBeforeAYoungRow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { _, err := appendEvents(ctx, tx, ns, []events.Event{ev}, nil, false); return err }); err != nil {
+		if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { _, err := appendEvents(ctx, tx, ns, []events.Event{ev}, nil); return err }); err != nil {
 			t.Fatal(err)
 		}
 	}

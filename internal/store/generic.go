@@ -46,80 +46,21 @@ func ExecGeneric(ctx context.Context, tx pgx.Tx, sql string, args ...any) error 
 	})
 }
 
-// ScanGenericCommit is ScanGeneric, then the commit of tx, in the same round trip: for the last
-// statement of a transaction run by InTxCommitting.
-func ScanGenericCommit(ctx context.Context, tx pgx.Tx, dest []any, sql string, args ...any) error {
-	b := &pgx.Batch{}
-	b.Queue(setGeneric)
-	b.Queue(sql, args...)
-	b.Queue(setCustom)
-	b.Queue("commit")
-	return readBatch(ctx, tx, b, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("choosing a generic plan: %w", err)
-		}
-		if err := br.QueryRow().Scan(dest...); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("choosing custom plans again: %w", err)
-		}
-		return readCommit(br)
-	})
-}
-
-// ScanCommit scans the one row of sql into dest and commits tx, in one round trip: for the
-// last statement of a transaction run by InTxCommitting.
-func ScanCommit(ctx context.Context, tx pgx.Tx, dest []any, sql string, args ...any) error {
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	b.Queue("commit")
-	return readBatch(ctx, tx, b, func(br pgx.BatchResults) error {
-		if err := br.QueryRow().Scan(dest...); err != nil {
-			return err
-		}
-		return readCommit(br)
-	})
-}
-
-// readCommit reads the result of a commit queued in a batch. A transaction that had failed
-// before it is rolled back by it: PostgreSQL answers ROLLBACK.
-func readCommit(br pgx.BatchResults) error {
-	tag, err := br.Exec()
-	if err != nil {
-		return fmt.Errorf("committing: %w", err)
-	}
-	if tag.String() == "ROLLBACK" {
-		return pgx.ErrTxCommitRollback
-	}
-	return nil
-}
-
 func generic(ctx context.Context, tx pgx.Tx, sql string, args []any, read func(pgx.BatchResults) error) error {
 	b := &pgx.Batch{}
 	b.Queue(setGeneric)
 	b.Queue(sql, args...)
 	b.Queue(setCustom)
-	return readBatch(ctx, tx, b, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("choosing a generic plan: %w", err)
-		}
-		if err := read(br); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("choosing custom plans again: %w", err)
-		}
-		return nil
-	})
-}
-
-// readBatch sends b in tx and reads its results with read.
-func readBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch, read func(pgx.BatchResults) error) error {
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("choosing a generic plan: %w", err)
+	}
 	if err := read(br); err != nil {
 		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("choosing custom plans again: %w", err)
 	}
 	return br.Close()
 }

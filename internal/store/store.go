@@ -115,42 +115,9 @@ func redact(c *pgx.ConnConfig) string {
 }
 
 // InTx runs fn in a transaction, committing when fn returns nil. It is the only way Agate opens
-// transactions, so rollback-on-cancel is handled in one place.
+// transactions, so rollback-on-cancel is handled in one place (pgx rolls back with a fresh context).
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	return InTxCommitting(ctx, pool, func(tx pgx.Tx) (bool, error) { return false, fn(tx) })
-}
-
-// InTxCommitting is InTx for a function that may commit tx itself, with its last statements in
-// one round trip (ScanGenericCommit, ScanCommit): it returns whether it did. The transaction's
-// locks then go as soon as PostgreSQL has run those statements, not a client round trip later.
-// The connection goes back to the pool once tx has ended.
-func InTxCommitting(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) (committed bool, err error)) error {
-	c, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Release() // a connection left in a transaction is closed, not pooled
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	ended := false
-	defer func() {
-		if !ended { // an error or a panic in fn; on a cancelled ctx pgx closes the connection instead
-			_ = tx.Rollback(ctx)
-		}
-	}()
-	committed, err := fn(tx)
-	if err != nil {
-		return err
-	}
-	if !committed {
-		if err := tx.Commit(ctx); err != nil {
-			return err
-		}
-	}
-	ended = true
-	return nil
+	return pgx.BeginFunc(ctx, pool, fn)
 }
 
 // Lock names of the Quartz lock protocol.
