@@ -200,8 +200,12 @@ func waitApplied(ctx context.Context, js jetstream.JetStream, ns string, deadlin
 	defer cancel()
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
+	var c jetstream.Consumer // looked up once; each poll then asks for its state alone
 	for {
-		if c, err := js.Consumer(ctx, events.StreamDone(ns), complete.DurableName); err == nil {
+		if c == nil {
+			c, _ = js.Consumer(ctx, events.StreamDone(ns), complete.DurableName)
+		}
+		if c != nil {
 			if info, err := c.Info(ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
 				return time.Now()
 			}
