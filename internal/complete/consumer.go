@@ -353,13 +353,85 @@ type Applied struct {
 	Ignored  int // ending outcomes of executions that had already ended
 }
 
-// Apply records outcomes in one transaction: the fired rows of ended executions go, the
-// triggers their non-concurrent jobs blocked are released, finished triggers and jobs left
-// without triggers are deleted, and each outcome is logged once.
+// Apply records outcomes: the fired rows of ended executions go, the triggers their
+// non-concurrent jobs blocked are released, finished triggers and jobs left without triggers
+// are deleted, and each outcome is logged once. The executions of repeating triggers of
+// concurrent jobs, which change nothing but their fired row, end in a transaction without the
+// partition locks (store.EndRepeating); the rest in one under the locks of their jobs'
+// partitions, as Quartz's triggeredJobComplete runs under TRIGGER_ACCESS.
 func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 	if len(outs) == 0 {
 		return Applied{}, nil
 	}
+	res, rest, err := c.applyUnlocked(ctx, outs)
+	if err != nil {
+		return Applied{}, fmt.Errorf("recording %d completions: %w", len(outs), err)
+	}
+	if len(rest) == 0 {
+		return res, nil
+	}
+	more, err := c.applyLocked(ctx, rest)
+	if err != nil {
+		return Applied{}, fmt.Errorf("recording %d completions: %w", len(outs), err)
+	}
+	res.Ended, res.Released, res.Ignored = res.Ended+more.Ended, res.Released+more.Released, res.Ignored+more.Ignored
+	return res, nil
+}
+
+// applyUnlocked ends, without partition locks, the executions whose end may change nothing but
+// their fired row, and logs the outcomes that ended them. It returns the outcomes left for
+// applyLocked, in their order: those of executions it did not end; outcomes that do not end an
+// execution, or hand back job data; and every outcome of a fire that has one of those, or
+// several in the batch, so that a fire's outcomes are logged in the order they came.
+func (c *Consumer) applyUnlocked(ctx context.Context, outs []Outcome) (Applied, []Outcome, error) {
+	seen := make(map[uuid.UUID]int, len(outs))
+	locked := map[uuid.UUID]bool{}
+	for _, o := range outs {
+		id := o.Result.FireID
+		seen[id]++
+		if !o.ends() || len(o.Result.Data) > 0 || seen[id] > 1 {
+			locked[id] = true
+		}
+	}
+	var ids []uuid.UUID
+	for _, o := range outs {
+		if !locked[o.Result.FireID] {
+			ids = append(ids, o.Result.FireID)
+		}
+	}
+	if len(ids) == 0 {
+		return Applied{}, outs, nil
+	}
+	var ended map[uuid.UUID]store.Ended
+	err := c.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+		var err error
+		if ended, err = store.EndRepeating(ctx, tx, ids); err != nil {
+			return err
+		}
+		counts := map[string]int64{}
+		for _, o := range outs {
+			if _, ok := ended[o.Result.FireID]; ok {
+				tx.Append(o.Event) // new to the log: it is logged only with the end of its execution
+				counts[o.outcome()]++
+			}
+		}
+		tx.OnCommit(func() { c.metrics.recorded(ctx, counts) })
+		return nil
+	})
+	if err != nil {
+		return Applied{}, nil, err
+	}
+	rest := make([]Outcome, 0, len(outs)-len(ended))
+	for _, o := range outs {
+		if _, ok := ended[o.Result.FireID]; !ok {
+			rest = append(rest, o)
+		}
+	}
+	return Applied{Ended: len(ended)}, rest, nil
+}
+
+// applyLocked applies outs in one transaction under the locks of their jobs' partitions.
+func (c *Consumer) applyLocked(ctx context.Context, outs []Outcome) (Applied, error) {
 	var res Applied
 	err := c.outbox.InTx(ctx, func(tx *outbox.Tx) error {
 		res = Applied{}
@@ -410,7 +482,7 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 		return nil
 	})
 	if err != nil {
-		return Applied{}, fmt.Errorf("recording %d completions: %w", len(outs), err)
+		return Applied{}, err
 	}
 	if res.Released > 0 {
 		c.cfg.Wake.Notify()

@@ -1,6 +1,7 @@
 package complete_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -146,5 +147,70 @@ func TestApplyEndsAnExecutionOnceInABatch(t *testing.T) {
 	}
 	if len(ids) != 1 || ids[0] != first.Event.ID {
 		t.Fatalf("logged JobCompleted %v, want only the first outcome %v", ids, first.Event.ID)
+	}
+}
+
+// An execution of a repeating trigger of a concurrent job changes nothing but its fired row when
+// it ends, so its outcome is recorded while another transaction holds every lock partition; a
+// one-shot's, which deletes its trigger and job, waits for the partitions and is recorded once
+// they are free.
+func TestApplyEndsARepeatingTriggersExecutionWithoutThePartitionLocks(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	c := complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
+		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), nil)
+	f.Job(t, key("rep"), false)
+	repFire := executing(t, f, key("rep-t"), key("rep"), store.StateWaiting, false)
+	f.Job(t, key("once"), false)
+	onceFire := executing(t, f, key("once-t"), key("once"), store.StateComplete, false)
+
+	holder, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(t.Context()) }()
+	if err := f.Locks.All(t.Context(), holder); err != nil {
+		t.Fatal(err)
+	}
+	// Were it to wait for a partition, it would wait until the deadline.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	got, err := c.Apply(ctx, []complete.Outcome{outcome(t, events.TypeJobCompleted, repFire, key("rep"), false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (complete.Applied{Ended: 1}); got != want {
+		t.Fatalf("applied %+v while the partitions were held, want %+v", got, want)
+	}
+	if n := f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and entry_id = $2`, repFire); n != 0 {
+		t.Fatal("the repeating trigger's execution did not end")
+	}
+	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = $2`, events.TypeJobCompleted); n != 1 {
+		t.Fatalf("%d JobCompleted logged, want 1", n)
+	}
+
+	// The one-shot's outcome waits for the partitions: seen waiting on a lock, it is recorded
+	// once the holder lets go.
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Apply(t.Context(), []complete.Outcome{outcome(t, events.TypeJobCompleted, onceFire, key("once"), false)})
+		done <- err
+	}()
+	for waiting := 0; waiting == 0; {
+		select {
+		case err := <-done:
+			t.Fatalf("the one-shot's outcome was applied while every partition was held (error %v)", err)
+		default:
+		}
+		waiting = f.Count(t, `select count(*) from pg_stat_activity where datname = current_database() and $1 <> ''
+			and wait_event_type = 'Lock' and query like '%from locks%'`)
+	}
+	if err := holder.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := f.State(t, key("once-t")); s != "" {
+		t.Fatalf("the one-shot's trigger is %q after its execution ended, want it deleted", s)
 	}
 }

@@ -1,7 +1,9 @@
 // Package complete is step ⑥ of the lifecycle: the completion consumer.
 //
 // It reads JobCompleted and JobFailed messages that workers publish on agate.<ns>.done.>, and
-// applies a batch of them in one transaction under TRIGGER_ACCESS:
+// applies a batch of them in transactions under TRIGGER_ACCESS (the ends of executions of
+// concurrent jobs whose trigger fires again, which change nothing but their fired row, in one
+// without it):
 //
 //   - a completion, or a final failure, deletes the fire's fired_triggers row; where a row was
 //     deleted the job's BLOCKED triggers return to WAITING and PAUSED_BLOCKED ones to PAUSED

@@ -38,24 +38,9 @@ func EndExecutions(ctx context.Context, tx pgx.Tx, origin events.Origin, fireIDs
 	if len(fireIDs) == 0 {
 		return res, nil
 	}
-	rows, err := tx.Query(ctx, queries.Get("EndFired"), fireIDs)
-	if err != nil {
-		return res, fmt.Errorf("deleting fired rows: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id uuid.UUID
-		var e Ended
-		if err := rows.Scan(&id, &e.Trigger.Group, &e.Trigger.Name, &e.Job.Group, &e.Job.Name, &e.Nonconcurrent); err != nil {
-			return res, fmt.Errorf("deleting fired rows: %w", err)
-		}
-		res.Ended[id] = e
-	}
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("deleting fired rows: %w", err)
-	}
-	if len(res.Ended) == 0 {
-		return res, nil
+	var err error
+	if res.Ended, err = endFired(ctx, tx, "EndFired", fireIDs); err != nil || len(res.Ended) == 0 {
+		return res, err
 	}
 	released, err := releaseBlocked(ctx, tx, origin.Namespace, res.Ended)
 	if err != nil {
@@ -68,6 +53,42 @@ func EndExecutions(ctx context.Context, tx pgx.Tx, origin events.Origin, fireIDs
 	finished, err := deleteFinished(ctx, tx, origin, res.Ended, now)
 	res.Events = append(res.Events, finished...)
 	return res, err
+}
+
+// EndRepeating ends those of the executions with the given fire ids whose end changes nothing
+// but their fired row: executions of concurrent jobs whose trigger is there and not COMPLETE
+// (a repeating trigger's). No other transaction changes what such an end depends on, so the
+// caller needs no partition lock: the fired row's deletion makes the end happen once, and a
+// trigger that becomes COMPLETE meanwhile completes with its last execution, whose own end then
+// goes through EndExecutions. It returns the executions it ended; the others are left for
+// EndExecutions under the locks.
+func EndRepeating(ctx context.Context, tx pgx.Tx, fireIDs []uuid.UUID) (map[uuid.UUID]Ended, error) {
+	if len(fireIDs) == 0 {
+		return map[uuid.UUID]Ended{}, nil
+	}
+	return endFired(ctx, tx, "EndRepeatingFired", fireIDs)
+}
+
+// endFired runs query, which deletes fired rows by fire id and returns them.
+func endFired(ctx context.Context, tx pgx.Tx, query string, fireIDs []uuid.UUID) (map[uuid.UUID]Ended, error) {
+	rows, err := tx.Query(ctx, queries.Get(query), fireIDs)
+	if err != nil {
+		return nil, fmt.Errorf("deleting fired rows: %w", err)
+	}
+	defer rows.Close()
+	ended := map[uuid.UUID]Ended{}
+	for rows.Next() {
+		var id uuid.UUID
+		var e Ended
+		if err := rows.Scan(&id, &e.Trigger.Group, &e.Trigger.Name, &e.Job.Group, &e.Job.Name, &e.Nonconcurrent); err != nil {
+			return nil, fmt.Errorf("deleting fired rows: %w", err)
+		}
+		ended[id] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("deleting fired rows: %w", err)
+	}
+	return ended, nil
 }
 
 func releaseBlocked(ctx context.Context, tx pgx.Tx, namespace string, ended map[uuid.UUID]Ended) ([]events.Key, error) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/store"
 )
@@ -58,6 +60,10 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		groups[i], names[i], jobs[i], texts[i], times[i] = "g", "t"+strconv.Itoa(i+1), "j"+strconv.Itoa(i+1), "WAITING", "2026-01-01T00:00:00Z"
 	}
 	ints := make([]int32, k)
+	ids := make([]uuid.UUID, k)
+	for i := range ids {
+		ids[i] = uuid.New()
+	}
 	read := func(path string) store.Queries {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -76,6 +82,7 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		{"fire BlockOthers", fire.Get("BlockOthers"), []any{ns, groups, jobs}},
 		{"acquire NextWaiting", acquire.Get("NextWaiting"), []any{ns}},
 		{"acquire MarkAcquired", acquire.Get("MarkAcquired"), []any{ns, groups, names, times}},
+		{"store EndRepeatingFired", own.Get("EndRepeatingFired"), []any{ids}},
 		{"store ReleaseBlocked", own.Get("ReleaseBlocked"), []any{ns, groups, jobs}},
 		{"store DeleteCompleteTriggers", own.Get("DeleteCompleteTriggers"), []any{ns, groups, names, texts}},
 		{"store DeleteFinishedJobs", own.Get("DeleteFinishedJobs"), []any{ns, groups, jobs}},

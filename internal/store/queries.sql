@@ -87,6 +87,17 @@ delete from fired_triggers
 where entry_id = any($1)
 returning entry_id, trigger_group, trigger_name, job_group, job_name, nonconcurrent;
 
+-- name: EndRepeatingFired
+-- The executions of concurrent jobs whose trigger is there and fires again: ending one deletes
+-- its fired row and nothing else, so it needs no partition lock (EndRepeating). OFFSET 0 keeps
+-- EXISTS a probe of the trigger's primary key per row rather than a semi-join.
+delete from fired_triggers f
+where f.entry_id = any($1) and not f.nonconcurrent
+  and exists (select 1 from triggers t
+              where t.sched_name = f.sched_name and t.trigger_group = f.trigger_group
+                and t.trigger_name = f.trigger_name and t.state <> 'COMPLETE' offset 0)
+returning f.entry_id, f.trigger_group, f.trigger_name, f.job_group, f.job_name, f.nonconcurrent;
+
 -- name: ReleaseBlocked
 -- Quartz: when a non-concurrent job's execution ends, its blocked triggers may fire again.
 -- Key lists in this file are looked up key by key (LATERAL subqueries that cannot be flattened,
