@@ -81,8 +81,8 @@ type Acquirer struct {
 	outbox *outbox.Outbox
 	firer  Firer
 	queue  Queue
-	next   int           // the partition the next pass starts with, so passes spread over partitions
-	busy   time.Duration // the wait after a pass that found every partition held (doubles while it lasts)
+	next   int // the partition the next pass starts with, so passes spread over partitions
+	busy   busyBackoff
 	// directUntil[p]: partition p's flow is heavy; until then its passes claim nothing ahead
 	// (runPartitions). Each of a pass's goroutines touches its own partition's entry only.
 	directUntil []time.Time
@@ -128,7 +128,7 @@ func (a *Acquirer) Run(ctx context.Context) error {
 		// held, nothing was read and nothing says when triggers are due.
 		heldDue := err == nil && res.Busy > 0 && (res.NextWaiting.IsZero() || !res.NextWaiting.After(now))
 		if !heldDue {
-			a.busy = 0
+			a.busy.reset()
 		}
 		switch {
 		case err != nil:
@@ -139,8 +139,7 @@ func (a *Acquirer) Run(ctx context.Context) error {
 			// Look again soon, backing off while it lasts, rather than after PollInterval (a
 			// completion batch takes the partitions of all its jobs: a burst's fires waited a
 			// second behind each) or at once (a loop of empty transactions).
-			a.busy = min(max(2*a.busy, busyRetryMin), busyRetryMax)
-			wait = min(wait, a.busy)
+			wait = min(wait, a.busy.next(res.Claimed))
 		case !res.NextWaiting.IsZero() && res.Direct:
 			// A partition fires its heavy flow when due rather than ahead: look again when the
 			// next trigger is due, but at most every directWait, which batches the flow.
@@ -210,11 +209,30 @@ func (a *Acquirer) anyDirect() bool {
 	return slices.ContainsFunc(a.directUntil, func(t time.Time) bool { return now.Before(t) })
 }
 
-// The wait after a pass that found every partition held, doubling while that lasts.
+// The wait after a pass that left due triggers in partitions other transactions held.
 const (
 	busyRetryMin = 5 * time.Millisecond
 	busyRetryMax = 200 * time.Millisecond
 )
+
+// busyBackoff is the wait after passes that left due triggers in held partitions: busyRetryMin
+// after a pass that claimed in the partitions it got, doubling up to busyRetryMax while passes
+// claim nothing. Doubling whenever some partition was held made a steady flow's passes wait up
+// to busyRetryMax while completions took partitions in turn.
+type busyBackoff struct{ d time.Duration }
+
+// next is the wait after such a pass, which claimed claimed triggers.
+func (b *busyBackoff) next(claimed int) time.Duration {
+	if claimed > 0 {
+		b.d = busyRetryMin
+	} else {
+		b.d = min(max(2*b.d, busyRetryMin), busyRetryMax)
+	}
+	return b.d
+}
+
+// reset starts over after a pass that left no due trigger behind.
+func (b *busyBackoff) reset() { b.d = 0 }
 
 // RunOnce is one acquire pass: a transaction per lock partition that no other node holds; one
 // transaction in global mode, and for a light flow, or a heavy flow without a backlog, one over
