@@ -348,7 +348,7 @@ func (a *Acquirer) runPartitions(ctx context.Context, ps []int) (Result, error) 
 		var due []store.Claim
 		for _, c := range claims {
 			if c.SchedTime.After(now) {
-				c.Ahead = true
+				c.Ahead, c.Read = true, nil // fired in a transaction of its own, which reads it then
 				later = append(later, c)
 			} else {
 				due = append(due, c)
@@ -400,9 +400,9 @@ func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, ahea
 	// Quartz acquires at most one trigger of a non-concurrent job per batch.
 	seenNonconcurrent := map[events.Key]bool{}
 	for rows.Next() {
-		var c store.Claim
-		if err := rows.Scan(&c.TriggerGroup, &c.TriggerName, &c.JobGroup, &c.JobName, &c.SchedTime,
-			&c.Priority, &c.Nonconcurrent, &c.RequestsRecovery, &c.Partition); err != nil {
+		c := store.Claim{Read: &store.FireRow{}}
+		if err := rows.Scan(append([]any{&c.TriggerGroup, &c.TriggerName, &c.JobGroup, &c.JobName, &c.SchedTime,
+			&c.Priority, &c.Nonconcurrent, &c.RequestsRecovery, &c.Partition}, c.Read.Fields()...)...); err != nil {
 			return nil, fmt.Errorf("reading due trigger: %w", err)
 		}
 		if c.Nonconcurrent {

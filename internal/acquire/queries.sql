@@ -1,8 +1,11 @@
 -- name: SelectDue
 -- Served by the partial index triggers_acquire (sched_name, next_fire_time, priority desc) where WAITING.
--- $6: the lock partitions the transaction holds; each row says its own.
+-- $6: the lock partitions the transaction holds; each row says its own. Then the columns of
+-- internal/fire's LoadForFire (store.FireRow), so that the claims fired at once are not read twice.
 select t.trigger_group, t.trigger_name, t.job_group, t.job_name, t.next_fire_time, t.priority,
-       j.nonconcurrent, j.requests_recovery, t.partition % $5
+       j.nonconcurrent, j.requests_recovery, t.partition % $5,
+       t.state, t.next_fire_time, t.prev_fire_time, t.times_triggered, t.schedule, coalesce(t.calendar_name, ''),
+       t.data, coalesce(t.trace_context, ''), j.job_type, j.data, j.timeout_ms, j.persist_data
 from triggers t
 join job_details j on j.sched_name = t.sched_name and j.job_group = t.job_group and j.job_name = t.job_name
 where t.sched_name = $1

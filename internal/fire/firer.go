@@ -64,7 +64,7 @@ func New(cfg Config) *Firer {
 // firing is one claim that passed its checks, with its trigger advanced.
 type firing struct {
 	claim store.Claim
-	row   *row
+	row   *store.FireRow
 	trig  *trigger.Trigger
 	state string // the trigger's state after the fire
 }
@@ -233,36 +233,30 @@ func (f *Firer) alreadyFired(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (m
 }
 
 // row is what the fire transaction reads of a claimed trigger and its job.
-type row struct {
-	state        string
-	next, prev   *time.Time
-	times        int
-	schedule     []byte
-	calendar     string
-	triggerData  []byte
-	traceParent  string
-	jobType      string
-	jobData      []byte
-	timeoutMilli *int64
-	persistData  bool
-}
-
-func (f *Firer) load(ctx context.Context, tx pgx.Tx, claims []store.Claim) (map[events.Key]*row, error) {
-	g, n := make([]string, len(claims)), make([]string, len(claims))
-	for i, c := range claims {
-		g[i], n[i] = c.TriggerGroup, c.TriggerName
+// load returns the trigger and job of each claim, as they are now: read with the claim in this
+// transaction (Claim.Read), or else here.
+func (f *Firer) load(ctx context.Context, tx pgx.Tx, claims []store.Claim) (map[events.Key]*store.FireRow, error) {
+	out := make(map[events.Key]*store.FireRow, len(claims))
+	var g, n []string
+	for _, c := range claims {
+		if c.Read != nil && !c.Ahead {
+			out[c.Trigger()] = c.Read
+			continue
+		}
+		g, n = append(g, c.TriggerGroup), append(n, c.TriggerName)
+	}
+	if len(g) == 0 {
+		return out, nil
 	}
 	rows, err := tx.Query(ctx, queries.Get("LoadForFire"), f.cfg.Namespace, g, n)
 	if err != nil {
 		return nil, fmt.Errorf("loading claimed triggers: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[events.Key]*row, len(claims))
 	for rows.Next() {
 		var key events.Key
-		r := &row{}
-		if err := rows.Scan(&key.Group, &key.Name, &r.state, &r.next, &r.prev, &r.times, &r.schedule, &r.calendar,
-			&r.triggerData, &r.traceParent, &r.jobType, &r.jobData, &r.timeoutMilli, &r.persistData); err != nil {
+		r := &store.FireRow{}
+		if err := rows.Scan(append([]any{&key.Group, &key.Name}, r.Fields()...)...); err != nil {
 			return nil, fmt.Errorf("loading claimed triggers: %w", err)
 		}
 		out[key] = r
@@ -273,10 +267,10 @@ func (f *Firer) load(ctx context.Context, tx pgx.Tx, claims []store.Claim) (map[
 	return out, nil
 }
 
-func calendarNames(rows map[events.Key]*row) []string {
+func calendarNames(rows map[events.Key]*store.FireRow) []string {
 	names := make([]string, 0, len(rows))
 	for _, r := range rows {
-		names = append(names, r.calendar)
+		names = append(names, r.Calendar)
 	}
 	return names
 }
@@ -285,22 +279,22 @@ func calendarNames(rows map[events.Key]*row) []string {
 // non-concurrent job already fires in this batch, is dropped; one whose trigger cannot be
 // computed is returned as broken. Whether the trigger is still as claimed is left to the
 // guarded update.
-func plan(claims []store.Claim, rows map[events.Key]*row, cals store.Calendars) (fires, broken []firing, drops []drop) {
+func plan(claims []store.Claim, rows map[events.Key]*store.FireRow, cals store.Calendars) (fires, broken []firing, drops []drop) {
 	firedJob := map[events.Key]bool{} // non-concurrent jobs fired in this batch
 	for _, c := range claims {
 		r := rows[c.Trigger()]
 		switch {
-		case r == nil || r.next == nil:
+		case r == nil || r.Next == nil:
 			drops = append(drops, drop{claim: c, reason: events.DropTriggerChanged, held: true})
 			continue
 		case c.Nonconcurrent && firedJob[c.Job()]:
 			drops = append(drops, drop{claim: c, reason: events.DropJobBusy, held: true})
 			continue
 		}
-		cal, err := cals.For(r.calendar)
+		cal, err := cals.For(r.Calendar)
 		var t *trigger.Trigger
 		if err == nil {
-			t, err = trigger.Restore(r.schedule, r.next, r.prev, r.times)
+			t, err = trigger.Restore(r.Schedule, r.Next, r.Prev, r.Times)
 		}
 		if err != nil {
 			broken = append(broken, firing{claim: c, row: r, state: err.Error()})
@@ -439,13 +433,13 @@ func (f *Firer) jobFired(ctx context.Context, fires []firing, now, began time.Ti
 	var spans []trace.Span
 	for _, fi := range fires {
 		c, r := fi.claim, fi.row
-		data, err := mergeData(r.jobData, r.triggerData)
+		data, err := mergeData(r.JobData, r.TriggerData)
 		if err != nil {
 			return nil, nil, fmt.Errorf("trigger %s: %w", c.Trigger(), err)
 		}
 		jf := events.JobFired{
 			FireID:           c.FireID,
-			Job:              events.JobRef{Group: c.JobGroup, Name: c.JobName, Type: r.jobType},
+			Job:              events.JobRef{Group: c.JobGroup, Name: c.JobName, Type: r.JobType},
 			Trigger:          c.Trigger(),
 			Data:             data,
 			ScheduledTime:    c.SchedTime.UTC(),
@@ -453,23 +447,23 @@ func (f *Firer) jobFired(ctx context.Context, fires []firing, now, began time.Ti
 			NextFireTime:     store.NullTime(fi.trig.NextFireTime),
 			Nonconcurrent:    c.Nonconcurrent,
 			RequestsRecovery: &c.RequestsRecovery,
-			PersistData:      r.persistData,
+			PersistData:      r.PersistData,
 			TriggerState:     fi.state,
 			TimesTriggered:   fi.trig.TimesTriggered,
 		}
-		if r.prev != nil {
-			jf.PreviousFireTime = store.NullTime(*r.prev)
+		if r.Prev != nil {
+			jf.PreviousFireTime = store.NullTime(*r.Prev)
 		}
-		if r.timeoutMilli != nil {
-			jf.Timeout = (time.Duration(*r.timeoutMilli) * time.Millisecond).String()
+		if r.TimeoutMilli != nil {
+			jf.Timeout = (time.Duration(*r.TimeoutMilli) * time.Millisecond).String()
 		}
 		ev, err := events.New(events.TypeJobFired, f.origin.Source(), events.AggregateJob, c.Job().String(),
-			subjects.Fired(r.jobType), now, jf)
+			subjects.Fired(r.JobType), now, jf)
 		if err != nil {
 			return nil, nil, err
 		}
 		// Without a tracer provider, Start returns the scheduling span's context as it is.
-		scheduling := telemetry.WithTraceParent(ctx, r.traceParent)
+		scheduling := telemetry.WithTraceParent(ctx, r.TraceParent)
 		spanCtx, span := f.tracer.Start(scheduling, "agate.fire", trace.WithNewRoot(),
 			trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(began))
 		if span.IsRecording() {
@@ -481,7 +475,7 @@ func (f *Firer) jobFired(ctx context.Context, fires []firing, now, began time.Ti
 				attribute.String("agate.namespace", f.cfg.Namespace),
 				attribute.String("agate.fire_id", c.FireID.String()),
 				attribute.String("agate.job", c.Job().String()),
-				attribute.String("agate.job.type", r.jobType),
+				attribute.String("agate.job.type", r.JobType),
 				attribute.String("agate.trigger", c.Trigger().String()),
 				attribute.Int("agate.fire.batch_size", batch),
 				attribute.Float64("agate.lock.wait_ms", float64(lockWait(ctx).Microseconds())/1000),

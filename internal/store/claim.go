@@ -52,6 +52,32 @@ type Claim struct {
 	// fired row in state ACQUIRED. Otherwise it is fired in the transaction that made it, and its
 	// trigger is still WAITING.
 	Ahead bool
+	// Read is what the claim's transaction read of its trigger and job with the claim, when it
+	// fires the claim itself: the fire then reads them no second time. Nil for a claim made
+	// ahead, which is fired in a transaction of its own.
+	Read *FireRow
+}
+
+// FireRow is what a fire reads of a claim's trigger and job (fire's LoadForFire, and acquire's
+// SelectDue for the claims it fires at once).
+type FireRow struct {
+	State        string
+	Next, Prev   *time.Time
+	Times        int
+	Schedule     []byte
+	Calendar     string
+	TriggerData  []byte
+	TraceParent  string
+	JobType      string
+	JobData      []byte
+	TimeoutMilli *int64
+	PersistData  bool
+}
+
+// Fields are the scan destinations of r's columns, in the order the queries select them.
+func (r *FireRow) Fields() []any {
+	return []any{&r.State, &r.Next, &r.Prev, &r.Times, &r.Schedule, &r.Calendar, &r.TriggerData, &r.TraceParent,
+		&r.JobType, &r.JobData, &r.TimeoutMilli, &r.PersistData}
 }
 
 // Trigger is the key of the claim's trigger.
