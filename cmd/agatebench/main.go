@@ -160,6 +160,7 @@ else heavy on the machine while timing.`,
 	f.IntVar(&o.Partitions, "partitions", node.PartitionsDefault, "scheduler --partitions with --lock-mode partitioned")
 	f.DurationVar(&o.Lead, "lead", 0, "time from the start of scheduling to T0; 0 = 3s + 3 × the time the commands take at the calibrated rate")
 	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "per workload: how long after its last due time to wait for completions")
+	f.StringVar(&o.FiresOut, "fires-out", "", "write every fire of each workload (scheduled time after T0, fire and published lateness, node) as CSV into this directory")
 	f.StringVar(&o.Profile, "profile", "", "write CPU profiles of every scheduler and worker process into this directory (from T0; intake: per measurement)")
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 5, "length of each CPU profile")
 	f.BoolVar(&o.KeepDatabases, "keep-databases", false, "do not drop the workload databases at the end (useful with --database-url)")

@@ -68,7 +68,10 @@ type Config struct {
 	// to, ProfileSeconds long from T0 (intake: from each measurement's start).
 	Profile        string
 	ProfileSeconds int
-	KeepDatabases  bool
+	// FiresOut, when set, is the directory every workload writes its fires to, one CSV row each
+	// (observer.writeFires): to see how lateness moves within a run.
+	FiresOut      string
+	KeepDatabases bool
 	// PGSet are name=value database settings applied to each workload database.
 	PGSet   []string
 	Verbose bool

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"os"
 	"strings"
@@ -117,6 +118,7 @@ func TestBurstBlackBox(t *testing.T) {
 	c.BurstN, c.BurstNodes = 1000, []int{2}
 	c.Workers, c.Concurrency, c.InFlight = 2, 200, 64
 	c.Timeout = 30 * time.Second
+	c.FiresOut = t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out, logs bytes.Buffer
@@ -138,6 +140,16 @@ func TestBurstBlackBox(t *testing.T) {
 	}
 	if len(r.PerNode) == 0 || r.CPU["scheduler n1"] <= 0 && r.CPU["scheduler n2"] <= 0 {
 		t.Errorf("no fires per node (%v) or no scheduler CPU (%v)", r.PerNode, r.CPU)
+	}
+	// --fires-out: a row a fire, after the header.
+	if f, err := os.Open(r.FiresFile); err != nil {
+		t.Errorf("the fires file: %v", err)
+	} else {
+		rows, err := csv.NewReader(f).ReadAll()
+		_ = f.Close()
+		if err != nil || len(rows) < 2 || len(rows) != 1+r.Fired || len(rows[1]) != 4 {
+			t.Errorf("the fires file %s has %d rows (error %v), want a header and one for each of the %d fires", r.FiresFile, len(rows), err, r.Fired)
+		}
 	}
 	t.Logf("burst of 1000 measured in %s: %.0f fires/s, fire lateness p99 %.1f ms, per node %v",
 		time.Since(start).Round(time.Millisecond), r.FiresPerSec, r.FireLate.P99Ms, r.PerNode)

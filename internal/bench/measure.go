@@ -85,6 +85,7 @@ type Result struct {
 	AnalyzedBeforeT0 []string `json:"autoanalyzedBeforeT0"`
 	AnalyzedDuring   []string `json:"autoanalyzedDuring"`
 	Profiles         []string `json:"profiles,omitempty"`
+	FiresFile        string   `json:"firesFile,omitempty"` // Config.FiresOut
 }
 
 // Lateness is a distribution in milliseconds.

@@ -2,10 +2,15 @@ package bench
 
 import (
 	"context"
+	"encoding/csv"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -362,4 +367,30 @@ func windows(comps []doneObs, t0 time.Time, win time.Duration) []Window {
 		out = append(out, Window{FromSec: w, Fires: len(by[w]), P50Ms: p.P50Ms, P99Ms: p.P99Ms})
 	}
 	return out
+}
+
+// writeFires writes every fire observed to path as CSV, one row a fire: its scheduled time as
+// an offset from t0, how late it was fired and stored on the FIRED stream (ms), and the node
+// that fired it.
+func (o *observer) writeFires(path string, t0 time.Time) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("writing the fires: %w", err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing the fires: %w", err)
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"scheduled_after_t0_ms", "fire_late_ms", "published_late_ms", "node"})
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 3, 64) }
+	for _, fo := range o.fires {
+		_ = w.Write([]string{ms(fo.scheduled.Sub(t0)), ms(fo.fired.Sub(fo.scheduled)), ms(fo.published.Sub(fo.scheduled)), fo.node})
+	}
+	w.Flush()
+	if err := errors.Join(w.Error(), f.Close()); err != nil {
+		return fmt.Errorf("writing the fires: %w", err)
+	}
+	return nil
 }

@@ -182,6 +182,9 @@ func writeDetails(w io.Writer, r Result) {
 	if len(r.Profiles) > 0 {
 		fmt.Fprintf(w, "CPU profiles: %s\n\n", strings.Join(r.Profiles, ", "))
 	}
+	if r.FiresFile != "" {
+		fmt.Fprintf(w, "Every fire: %s\n\n", r.FiresFile)
+	}
 }
 
 // writeStatements writes the top statements of a measurement, with their calls per unit ("fire"

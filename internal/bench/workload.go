@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -297,6 +298,13 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 		obs.failover(&r, time.Unix(0, at), t0)
 	}
 	r.Profiles = profiles()
+	if b.o.FiresOut != "" {
+		path := filepath.Join(b.o.FiresOut, fmt.Sprintf("%s-%dn-round%d.csv", s.name, s.nodes, max(b.round, 1)))
+		if err := obs.writeFires(path, t0); err != nil {
+			return Result{}, err
+		}
+		r.FiresFile = path
+	}
 	log.Info("workload: done", "fires_per_sec", round1(r.FiresPerSec), "e2e_per_sec", round1(r.E2EPerSec),
 		"fire_late_p99_ms", round1(r.FireLate.P99Ms), "start_late_p99_ms", round1(r.StartLate.P99Ms),
 		"dup", r.Duplicates, "missing", r.Missing)
