@@ -90,6 +90,10 @@ type Acquirer struct {
 	light bool
 	// backlog: the last pass claimed a full batch in some partition (Backlogged).
 	backlog atomic.Bool
+	// heavyUntil: some partition was in a heavy flow less than directFor before it (Heavy), in
+	// Unix nanoseconds; flowing: the last pass claimed triggers, or found partitions held.
+	heavyUntil atomic.Int64
+	flowing    atomic.Bool
 
 	metrics metrics
 
@@ -174,6 +178,15 @@ func (a *Acquirer) Run(ctx context.Context) error {
 // triggers are due than a pass fires, and the loop passes again at once. The completion consumer
 // yields to the fire path meanwhile (complete.Config.Backlogged).
 func (a *Acquirer) Backlogged() bool { return a.backlog.Load() }
+
+// Heavy reports whether the loop fires a heavy flow: some partition has been in a heavy flow
+// within the last directFor (a partition leaves it every directFor, for a pass that looks at
+// its whole window again), and the last pass claimed triggers or found partitions that another
+// node's pass held. The completion consumer holds back the completions that take partition
+// locks meanwhile (complete.Config.Heavy), and records them once the flow has ended.
+func (a *Acquirer) Heavy() bool {
+	return a.flowing.Load() && a.cfg.Now().UnixNano() < a.heavyUntil.Load()
+}
 
 // Result says what one acquire pass did.
 type Result struct {
@@ -264,7 +277,10 @@ func (b *busyBackoff) reset() { b.d = 0 }
 // transaction in global mode, and for a light flow, or a heavy flow without a backlog, one over
 // every partition no other holds.
 func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
-	defer func() { a.backlog.Store(err == nil && total.Full) }()
+	defer func() {
+		a.backlog.Store(err == nil && total.Full)
+		a.flowing.Store(err == nil && (total.Claimed > 0 || total.Busy > 0))
+	}()
 	if !a.cfg.Member.Joined() || !a.cfg.Clock.Synced() {
 		return total, nil // declared failed, or the clock is not known: recovery puts it right
 	}
@@ -368,6 +384,7 @@ func (a *Acquirer) runPartitions(ctx context.Context, ps []int) (Result, error) 
 			for _, p := range taken {
 				a.directUntil[p] = now.Add(directFor)
 			}
+			a.heavyUntil.Store(now.Add(2 * directFor).UnixNano()) // past the next look at the window
 			res.Direct = true
 			claims = slices.DeleteFunc(claims, func(c store.Claim) bool { return c.SchedTime.After(now) })
 		}

@@ -11,6 +11,11 @@
 //     triggers is deleted, as Quartz's triggeredJobComplete does;
 //   - every outcome is appended to the event log (not published again: it is on the bus already).
 //
+// While its node fires a heavy flow (Config.Heavy), the outcomes whose recording takes the
+// partition locks are held back, up to a second, so that the acquire passes, which skip a
+// held partition, are not made late by them; the ends of repeating triggers' executions are
+// recorded at once.
+//
 // It is idempotent: a completion delivered twice finds no fired row the second time and changes
 // nothing; the log's unique event id drops the repeated event.
 package complete

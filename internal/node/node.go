@@ -237,7 +237,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		return err
 	}
 	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Logger: log,
-		Wake: wakeup, Backlogged: acq.Backlogged}, ob, js)
+		Wake: wakeup, Backlogged: acq.Backlogged, Heavy: acq.Heavy}, ob, js)
 	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks,
 		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
 		Wake: wakeup, Member: member, Clock: clock, JetStream: js, HealEvery: cfg.HealEvery,
