@@ -90,8 +90,9 @@ type Acquirer struct {
 	light bool
 	// backlog: the last pass claimed a full batch in some partition (Backlogged).
 	backlog atomic.Bool
-	// heavyUntil: some partition was in a heavy flow less than directFor before it (Heavy), in
-	// Unix nanoseconds; flowing: the last pass claimed triggers, or found partitions held.
+	// heavyUntil: some partition was found in a heavy flow less than 2 × directFor before it
+	// (Heavy), in Unix nanoseconds; flowing: the last pass claimed triggers, or found partitions
+	// held.
 	heavyUntil atomic.Int64
 	flowing    atomic.Bool
 
@@ -179,9 +180,9 @@ func (a *Acquirer) Run(ctx context.Context) error {
 // yields to the fire path meanwhile (complete.Config.Backlogged).
 func (a *Acquirer) Backlogged() bool { return a.backlog.Load() }
 
-// Heavy reports whether the loop fires a heavy flow: some partition has been in a heavy flow
-// within the last directFor (a partition leaves it every directFor, for a pass that looks at
-// its whole window again), and the last pass claimed triggers or found partitions that another
+// Heavy reports whether the loop fires a heavy flow: some partition was found in a heavy flow
+// within the last 2 × directFor (a partition leaves it every directFor, for a pass that looks
+// at its whole window again), and the last pass claimed triggers or found partitions that another
 // node's pass held. The completion consumer holds back the completions that take partition
 // locks meanwhile (complete.Config.Heavy), and records them once the flow has ended.
 func (a *Acquirer) Heavy() bool {

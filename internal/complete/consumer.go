@@ -240,12 +240,11 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	if len(rest) > 0 && len(c.held) == 0 {
 		c.heldSince = time.Now()
 	}
-	c.held = append(c.held, rest...)
-	c.flush(ctx)
+	c.held = append(c.held, rest...) // Run's loop flushes them when they have waited enough
 }
 
-// flush records the held outcomes under their partitions' locks, unless the node fires a heavy
-// flow and they are fewer than a batch and have waited less than Yield. They go in a
+// flush records the held outcomes under their partitions' locks, unless they wait longer
+// (holding). They go in a
 // transaction per lock partition of their jobs, several at once. One transaction for a whole
 // batch took every partition its jobs hash to (all of them, in a burst), in order, waiting for
 // each: fire transactions queued behind it, and two nodes' batches behind each other. A small
