@@ -51,7 +51,7 @@ func setup(t *testing.T, partitions int) (*testenv.Fixture, *testenv.Clock, *han
 	h := &handoff{}
 	ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
 	a := acquire.New(acquire.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Batch: 10,
-		FireAhead: time.Second, Now: clock.Now}, ob, h, h)
+		FireAhead: time.Second, Now: clock.Now}, f.Pool, ob, h, h)
 	return f, clock, h, a
 }
 
@@ -140,6 +140,30 @@ func TestRunOnceFiresAHeavyFlowWhenDue(t *testing.T) {
 		if c.Ahead || c.SchedTime.After(t0.Add(410*time.Millisecond)) {
 			t.Errorf("fired %s due %s, ahead %v: want only due claims", c.Trigger(), c.SchedTime, c.Ahead)
 		}
+	}
+}
+
+// Once a heavy flow's partitions have fired directly for directFor, a pass looks at their whole
+// window again, in one transaction over every partition as the passes before it: a transaction
+// per partition, four at a time, made that pass the steady 5,000/s's latest every second.
+func TestRunOnceLooksAgainAtAHeavyFlowInOneTransaction(t *testing.T) {
+	f, clock, h, a := setup(t, 4) // Batch 10, FireAhead 1s
+	jobs := jobPerPartition(t, f, 4)
+	for p, j := range jobs {
+		for i := range 3 {
+			f.Trigger(t, key(fmt.Sprint("t", p, i)), j, testenv.Repeating(time.Hour), t0.Add(500*time.Millisecond))
+		}
+	}
+	if res, err := a.RunOnce(t.Context()); err != nil || !res.Direct || res.Claimed != 0 {
+		t.Fatalf("pass over a dense window: %+v, %v; want a heavy flow, nothing claimed", res, err)
+	}
+	clock.Set(t0.Add(1600 * time.Millisecond)) // past directFor: the window is read again
+	res, err := a.RunOnce(t.Context())
+	if err != nil || res.FiredNow != 10 || res.Busy != 0 {
+		t.Fatalf("pass after directFor: %+v, %v; want a full batch fired", res, err)
+	}
+	if h.fires != 1 {
+		t.Errorf("the pass fired in %d transactions, want 1", h.fires)
 	}
 }
 
@@ -310,7 +334,7 @@ func TestRunWakesOnSignal(t *testing.T) {
 	h := &handoff{}
 	w := wake.New()
 	a := acquire.New(acquire.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks,
-		PollInterval: time.Hour, Now: clock.Now, Wake: w}, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), h, h)
+		PollInterval: time.Hour, Now: clock.Now, Wake: w}, f.Pool, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), h, h)
 	a.TestSignals.Pass.Init()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
@@ -338,7 +362,7 @@ func TestRunRetriesSoonWhenEveryPartitionIsHeld(t *testing.T) {
 	clock := testenv.NewClock(t0)
 	h := &handoff{}
 	a := acquire.New(acquire.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks,
-		PollInterval: time.Hour, Now: clock.Now, Wake: wake.New()}, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), h, h)
+		PollInterval: time.Hour, Now: clock.Now, Wake: wake.New()}, f.Pool, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), h, h)
 	a.TestSignals.Pass.Init()
 	f.Job(t, key("j"), false)
 	f.Trigger(t, key("due"), key("j"), testenv.OneShot(), t0.Add(-time.Second))

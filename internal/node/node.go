@@ -221,7 +221,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		Logger: log, Now: cfg.Now, Wake: wakeup, Member: member}, ob, firer)
 	acq := acquire.New(acquire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Batch: cfg.Batch,
 		FireAhead: cfg.FireAhead, PollInterval: cfg.PollInterval, MisfireThreshold: cfg.MisfireThreshold,
-		Logger: log, Now: cfg.Now, Wake: wakeup, Member: member, Clock: clock}, ob, firer, queue)
+		Logger: log, Now: cfg.Now, Wake: wakeup, Member: member, Clock: clock}, pool, ob, firer, queue)
 	commands, err := command.New(command.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, JobTypes: cfg.JobTypes,
 		MaxBodyBytes: cfg.MaxCommandBytes, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now, Wake: wakeup}, pool, ob)
 	if err != nil {
