@@ -114,7 +114,7 @@ func (f *Firer) FireNext(ctx context.Context, tx *outbox.Tx, claims []store.Clai
 	}
 	fires, broken, dropped := plan(claims, rows, cals)
 	drops = append(drops, dropped...)
-	fires, lost, err := f.updateTriggers(ctx, tx, fires)
+	fires, lost, err := f.updateTriggers(ctx, tx, fires, now)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
@@ -129,7 +129,7 @@ func (f *Firer) FireNext(ctx context.Context, tx *outbox.Tx, claims []store.Clai
 	if err := f.blockOthers(ctx, tx, fires); err != nil {
 		return 0, time.Time{}, err
 	}
-	if err := f.recordFired(ctx, tx, fires, drops, now); err != nil {
+	if err := f.recordFired(ctx, tx, drops); err != nil {
 		return 0, time.Time{}, err
 	}
 	evs, spans, err := f.jobFired(ctx, fires, now, began, batch)
@@ -315,8 +315,12 @@ func plan(claims []store.Claim, rows map[events.Key]*store.FireRow, cals store.C
 }
 
 // updateTriggers writes the advanced triggers, each guarded by the state and next fire time its
-// claim was made on. It returns the fires whose guard held, and the others as drops.
-func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing) ([]firing, []drop, error) {
+// claim was made on, and inserts the EXECUTING fired rows of the claims fired at once (those of
+// claims made ahead were marked EXECUTING already) in the same round trip: a heavy flow's passes
+// come one after the other, each a few round trips long. It returns the fires whose guard held,
+// and the others as drops, whose fired rows recordFired deletes again (a claim read in this
+// transaction, under its partition's lock, cannot fail its guard).
+func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing, now time.Time) ([]firing, []drop, error) {
 	if len(fires) == 0 {
 		return nil, nil, nil
 	}
@@ -324,20 +328,34 @@ func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing) (
 	g, n, state, expect := make([]string, k), make([]string, k), make([]string, k), make([]string, k)
 	next, prev, old := make([]*time.Time, k), make([]*time.Time, k), make([]time.Time, k)
 	times := make([]int32, k)
+	var atOnce []store.Claim
 	for i, fi := range fires {
 		g[i], n[i], state[i], expect[i] = fi.claim.TriggerGroup, fi.claim.TriggerName, fi.state, store.StateWaiting
 		if fi.claim.Ahead {
 			expect[i] = store.StateAcquired
+		} else {
+			atOnce = append(atOnce, fi.claim)
 		}
 		next[i], prev[i] = store.NullTime(fi.trig.NextFireTime), store.NullTime(fi.trig.PreviousFireTime)
 		times[i], old[i] = int32(fi.trig.TimesTriggered), fi.claim.SchedTime
 	}
-	rows, err := tx.Query(ctx, queries.Get("UpdateTriggers"), f.cfg.Namespace, g, n, state, next, prev, times, old, expect)
+	b := &pgx.Batch{}
+	b.Queue(queries.Get("UpdateTriggers"), f.cfg.Namespace, g, n, state, next, prev, times, old, expect)
+	insert := store.QueueInsertFired(b, f.cfg.Namespace, f.cfg.InstanceID, store.FiredExecuting, now, atOnce)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
 	if err != nil {
 		return nil, nil, fmt.Errorf("updating fired triggers: %w", err)
 	}
 	keys, err := pgx.CollectRows(rows, store.ScanKey)
 	if err != nil {
+		return nil, nil, fmt.Errorf("updating fired triggers: %w", err)
+	}
+	if err := insert(br); err != nil {
+		return nil, nil, err
+	}
+	if err := br.Close(); err != nil {
 		return nil, nil, fmt.Errorf("updating fired triggers: %w", err)
 	}
 	updated := make(map[events.Key]bool, len(keys))
@@ -374,25 +392,16 @@ func (f *Firer) blockOthers(ctx context.Context, tx pgx.Tx, fires []firing) erro
 	return nil
 }
 
-// recordFired deletes the fired rows this transaction holds of dropped claims and inserts the EXECUTING rows of claims
-// fired at once (those of claims made ahead were marked EXECUTING already).
-func (f *Firer) recordFired(ctx context.Context, tx pgx.Tx, fires []firing, drops []drop, now time.Time) error {
+// recordFired deletes the fired rows of dropped claims that this transaction holds: those of
+// claims made ahead, and those updateTriggers inserted for claims whose guard failed.
+func (f *Firer) recordFired(ctx context.Context, tx pgx.Tx, drops []drop) error {
 	var ids []uuid.UUID
 	for _, d := range drops {
 		if d.held {
 			ids = append(ids, d.claim.FireID)
 		}
 	}
-	if err := store.DeleteFired(ctx, tx, ids); err != nil {
-		return err
-	}
-	var atOnce []store.Claim
-	for _, fi := range fires {
-		if !fi.claim.Ahead {
-			atOnce = append(atOnce, fi.claim)
-		}
-	}
-	return store.InsertFired(ctx, tx, f.cfg.Namespace, f.cfg.InstanceID, store.FiredExecuting, now, atOnce)
+	return store.DeleteFired(ctx, tx, ids)
 }
 
 // setError puts the triggers of broken claims in ERROR and returns their TriggerError events.

@@ -91,7 +91,24 @@ func InsertFired(ctx context.Context, tx pgx.Tx, namespace, instanceID, state st
 	if len(claims) == 0 {
 		return nil
 	}
+	b := &pgx.Batch{}
+	read := QueueInsertFired(b, namespace, instanceID, state, now, claims)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if err := read(br); err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// QueueInsertFired queues InsertFired's statement on b, for a caller that sends it in one round
+// trip with others; the function it returns reads its result from b's BatchResults, in b's order.
+// It queues nothing (and reads nothing) when claims is empty.
+func QueueInsertFired(b *pgx.Batch, namespace, instanceID, state string, now time.Time, claims []Claim) func(pgx.BatchResults) error {
 	n := len(claims)
+	if n == 0 {
+		return func(pgx.BatchResults) error { return nil }
+	}
 	ids := make([]uuid.UUID, n)
 	tg, tn, jg, jn := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	sched := make([]time.Time, n)
@@ -102,12 +119,18 @@ func InsertFired(ctx context.Context, tx pgx.Tx, namespace, instanceID, state st
 		ids[i], tg[i], tn[i], jg[i], jn[i] = c.FireID, c.TriggerGroup, c.TriggerName, c.JobGroup, c.JobName
 		sched[i], nc[i], rr[i], prio[i], epochs[i] = c.SchedTime, c.Nonconcurrent, c.RequestsRecovery, int32(c.Priority), c.Epoch
 	}
-	err := ExecGeneric(ctx, tx, queries.Get("InsertFired"),
-		namespace, instanceID, now, state, ids, tg, tn, jg, jn, sched, nc, rr, prio, epochs)
-	if err != nil {
-		return fmt.Errorf("inserting %d fired-trigger rows: %w", n, err)
+	results := queueGeneric(b, queries.Get("InsertFired"),
+		[]any{namespace, instanceID, now, state, ids, tg, tn, jg, jn, sched, nc, rr, prio, epochs})
+	return func(br pgx.BatchResults) error {
+		err := results(br, func(br pgx.BatchResults) error {
+			_, err := br.Exec()
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("inserting %d fired-trigger rows: %w", n, err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // DeleteFired deletes fired_triggers rows by entry id.

@@ -48,19 +48,31 @@ func ExecGeneric(ctx context.Context, tx pgx.Tx, sql string, args ...any) error 
 
 func generic(ctx context.Context, tx pgx.Tx, sql string, args []any, read func(pgx.BatchResults) error) error {
 	b := &pgx.Batch{}
+	results := queueGeneric(b, sql, args)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if err := results(br, read); err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// queueGeneric queues sql on b with a generic plan (the plan mode set around it); the function
+// it returns reads the statement's results with read, once b's earlier statements' were read.
+func queueGeneric(b *pgx.Batch, sql string, args []any) func(br pgx.BatchResults, read func(pgx.BatchResults) error) error {
 	b.Queue(setGeneric)
 	b.Queue(sql, args...)
 	b.Queue(setCustom)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("choosing a generic plan: %w", err)
+	return func(br pgx.BatchResults, read func(pgx.BatchResults) error) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("choosing a generic plan: %w", err)
+		}
+		if err := read(br); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("choosing custom plans again: %w", err)
+		}
+		return nil
 	}
-	if err := read(br); err != nil {
-		return err
-	}
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("choosing custom plans again: %w", err)
-	}
-	return br.Close()
 }
