@@ -46,13 +46,20 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func setup(t *testing.T, partitions int) (*testenv.Fixture, *testenv.Clock, *handoff, *acquire.Acquirer) {
 	t.Helper()
+	return setupConfig(t, partitions, func(*acquire.Config) {})
+}
+
+// setupConfig is setup with the acquirer's configuration changed by change.
+func setupConfig(t *testing.T, partitions int, change func(*acquire.Config)) (*testenv.Fixture, *testenv.Clock, *handoff, *acquire.Acquirer) {
+	t.Helper()
 	f := testenv.NewFixture(t, partitions)
 	clock := testenv.NewClock(t0)
 	h := &handoff{}
 	ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
-	a := acquire.New(acquire.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Batch: 10,
-		FireAhead: time.Second, Now: clock.Now}, f.Pool, ob, h, h)
-	return f, clock, h, a
+	cfg := acquire.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Batch: 10,
+		FireAhead: time.Second, Now: clock.Now}
+	change(&cfg)
+	return f, clock, h, acquire.New(cfg, f.Pool, ob, h, h)
 }
 
 func key(name string) events.Key { return events.Key{Group: "g", Name: name} }
@@ -148,15 +155,7 @@ func TestRunOnceFiresAHeavyFlowWhenDue(t *testing.T) {
 // per partition, four at a time, made that pass the steady 5,000/s's latest every second.
 func TestRunOnceLooksAgainAtAHeavyFlowInOneTransaction(t *testing.T) {
 	f, clock, h, a := setup(t, 4) // Batch 10, FireAhead 1s
-	jobs := jobPerPartition(t, f, 4)
-	for p, j := range jobs {
-		for i := range 3 {
-			f.Trigger(t, key(fmt.Sprint("t", p, i)), j, testenv.Repeating(time.Hour), t0.Add(500*time.Millisecond))
-		}
-	}
-	if res, err := a.RunOnce(t.Context()); err != nil || !res.Direct || res.Claimed != 0 {
-		t.Fatalf("pass over a dense window: %+v, %v; want a heavy flow, nothing claimed", res, err)
-	}
+	heavyFlowPerPartition(t, f, clock, a)
 	clock.Set(t0.Add(1600 * time.Millisecond)) // past directFor: the window is read again
 	res, err := a.RunOnce(t.Context())
 	if err != nil || res.FiredNow != 10 || res.Busy != 0 {
@@ -164,6 +163,75 @@ func TestRunOnceLooksAgainAtAHeavyFlowInOneTransaction(t *testing.T) {
 	}
 	if h.fires != 1 {
 		t.Errorf("the pass fired in %d transactions, want 1", h.fires)
+	}
+}
+
+// heavyFlowPerPartition makes a heavy flow of 3 triggers in each of 4 partitions, due at
+// t0+500ms, runs the pass that finds it (claiming nothing) and sets the clock past their time.
+func heavyFlowPerPartition(t *testing.T, f *testenv.Fixture, clock *testenv.Clock, a *acquire.Acquirer) {
+	t.Helper()
+	for p, j := range jobPerPartition(t, f, 4) {
+		for i := range 3 {
+			f.Trigger(t, key(fmt.Sprint("t", p, i)), j, testenv.Repeating(time.Hour), t0.Add(500*time.Millisecond))
+		}
+	}
+	if res, err := a.RunOnce(t.Context()); err != nil || !res.Direct || res.Claimed != 0 {
+		t.Fatalf("pass over a dense window: %+v, %v; want a heavy flow, nothing claimed", res, err)
+	}
+	clock.Set(t0.Add(600 * time.Millisecond))
+}
+
+// A heavy flow's pass waits for a partition another transaction holds (another node's pass)
+// instead of skipping it and backing off.
+func TestRunOnceWaitsForAPartitionInAHeavyFlow(t *testing.T) {
+	f, clock, h, a := setupConfig(t, 4, func(c *acquire.Config) { c.HeavyLockWait = time.Minute })
+	heavyFlowPerPartition(t, f, clock, a)
+	tx, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := f.Locks.Partition(t.Context(), tx, 2); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res acquire.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := a.RunOnce(t.Context())
+		done <- result{res, err}
+	}()
+	f.WaitLockWaiters(t, 1)
+	_ = tx.Rollback(t.Context())
+	r := <-done
+	if r.err != nil || r.res.Busy != 0 || r.res.FiredNow != 10 || h.fires != 1 {
+		t.Fatalf("pass behind a held partition: %+v, %v, %d transactions; want a full batch fired in one, none busy", r.res, r.err, h.fires)
+	}
+}
+
+// It waits HeavyLockWait at most (100ms here): a partition held longer (its node stopped in the middle of a
+// transaction) is skipped, and the others' due triggers fire.
+func TestRunOnceSkipsAPartitionHeldLongInAHeavyFlow(t *testing.T) {
+	f, clock, h, a := setup(t, 4)
+	heavyFlowPerPartition(t, f, clock, a)
+	tx, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := f.Locks.Partition(t.Context(), tx, 2); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.RunOnce(t.Context())
+	if err != nil || res.Busy != 1 || res.FiredNow != 9 {
+		t.Fatalf("pass with a partition held throughout: %+v, %v; want 9 fired, 1 busy", res, err)
+	}
+	for _, c := range h.now {
+		if c.Partition == 2 {
+			t.Errorf("fired %s of the held partition", c.Trigger())
+		}
 	}
 }
 

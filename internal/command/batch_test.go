@@ -157,7 +157,7 @@ func TestCommandLocksOnlyItsJobsPartition(t *testing.T) {
 	go func() {
 		blocked <- h.Handle(t.Context(), "add_calendar", []byte(`{"id":"cal","name":"c","calendar":{"type":"weekly"}}`))
 	}()
-	waitLockWaiters(t, f, 2)
+	f.WaitLockWaiters(t, 2)
 	select {
 	case out := <-blocked:
 		t.Fatalf("a command went through a held partition: %+v", out)
@@ -216,7 +216,7 @@ func TestNewJobsTakeNoPartition(t *testing.T) {
 	}
 	paused := make(chan Outcome, 1)
 	go func() { paused <- h.Handle(t.Context(), "pause_group", []byte(`{"id":"pause-g","group":"g"}`)) }()
-	waitLockWaiters(t, f, 1)
+	f.WaitLockWaiters(t, 1)
 	select {
 	case out := <-paused:
 		t.Fatalf("pause_group went through a transaction storing new jobs: %+v", out)
@@ -268,7 +268,7 @@ func TestNewJobsSeeGroupPausedWhileTheyWaited(t *testing.T) {
 			{Command: "schedule_job", Body: scheduleBody(t, "w-2", "w-2", at)},
 		})
 	}()
-	waitLockWaiters(t, f, 1)
+	f.WaitLockWaiters(t, 1)
 	if err := pause.Commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -314,18 +314,6 @@ func TestNewJobsBatchWithRepeatedCommands(t *testing.T) {
 	}
 	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = 'agate.command.accepted'`); n != 4 {
 		t.Errorf("%d CommandAccepted events, want 4 (a repeated command logs nothing)", n)
-	}
-}
-
-// waitLockWaiters waits until n sessions of the fixture's database wait for a row lock.
-func waitLockWaiters(t *testing.T, f *testenv.Fixture, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for f.Count(t, `select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and $1 <> ''`) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d sessions wait for a lock after 10s", n)
-		}
-		time.Sleep(10 * time.Millisecond) // another session's state: no signal to wait on
 	}
 }
 

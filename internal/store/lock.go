@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
@@ -170,10 +171,38 @@ func (l Locks) PartitionWaited(ctx context.Context, tx pgx.Tx, p int) (time.Dura
 // order and the membership is read once they are held, without a wait for each answer in
 // between.
 func (l Locks) PartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member) (time.Duration, error) {
+	return l.partitionsAsMember(ctx, tx, ps, instanceID, m, 0)
+}
+
+// ErrPartitionsHeld: WaitPartitionsAsMember gave up on a partition that another transaction
+// held longer than it would wait. The transaction is aborted.
+var ErrPartitionsHeld = errors.New("a lock partition was held longer than the wait allowed")
+
+// WaitPartitionsAsMember is PartitionsAsMember waiting at most d for each partition: for a
+// loop that would rather follow other transactions in a partition than skip it, but not stall
+// behind one that stays (its node stopped in the middle). On ErrPartitionsHeld tx is aborted.
+func (l Locks) WaitPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member, d time.Duration) error {
+	_, err := l.partitionsAsMember(ctx, tx, ps, instanceID, m, max(d, time.Millisecond))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		return fmt.Errorf("%w (%s)", ErrPartitionsHeld, d)
+	}
+	return err
+}
+
+// partitionsAsMember is PartitionsAsMember, with lock_timeout set to wait (0: none) while it
+// takes the partitions.
+func (l Locks) partitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member, wait time.Duration) (time.Duration, error) {
 	ps = slices.Compact(slices.Sorted(slices.Values(ps)))
 	b := &pgx.Batch{}
+	if wait > 0 && len(ps) > 0 {
+		b.Queue(fmt.Sprintf("set local lock_timeout = %d", wait.Milliseconds()))
+	}
 	for _, p := range ps {
 		b.Queue(queries.Get("Lock"), l.Namespace, l.name(p))
+	}
+	if wait > 0 && len(ps) > 0 {
+		b.Queue("set local lock_timeout = 0")
 	}
 	checkMember, err := queueMember(b, l.Namespace, instanceID, m)
 	if err != nil {
@@ -185,6 +214,11 @@ func (l Locks) PartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, inst
 	start := time.Now()
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
+	if wait > 0 && len(ps) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return 0, fmt.Errorf("setting the lock wait: %w", err)
+		}
+	}
 	var waited time.Duration
 	for _, p := range ps {
 		var one int
@@ -195,6 +229,11 @@ func (l Locks) PartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, inst
 		waited += w
 		if l.Wait != nil {
 			l.Wait.Record(ctx, w.Seconds())
+		}
+	}
+	if wait > 0 && len(ps) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return waited, fmt.Errorf("resetting the lock wait: %w", err)
 		}
 	}
 	if err := checkMember(br); err != nil {

@@ -170,6 +170,18 @@ func (f *Fixture) Count(t testing.TB, sql string, args ...any) int {
 	return n
 }
 
+// WaitLockWaiters waits until n sessions of the fixture's database wait for a row lock.
+func (f *Fixture) WaitLockWaiters(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.Count(t, `select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and $1 <> ''`) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d sessions wait for a lock after 10s", n)
+		}
+		time.Sleep(10 * time.Millisecond) // another session's state: no signal to wait on
+	}
+}
+
 // EventTypes lists the types of the namespace's logged events, in log order.
 func (f *Fixture) EventTypes(t testing.TB) []string {
 	t.Helper()
