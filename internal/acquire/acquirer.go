@@ -461,8 +461,16 @@ func (a *Acquirer) nextWaiting(ctx context.Context) (time.Time, error) {
 
 // selectDue reads the triggers due by now+ahead in lock partitions ps, which tx holds.
 func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, ahead time.Duration, ps []int) ([]store.Claim, error) {
-	rows, err := tx.Query(ctx, queries.Get("SelectDue"), a.cfg.Namespace,
+	b := &pgx.Batch{}
+	b.Queue(queries.Get("IndexOrder"))
+	b.Queue(queries.Get("SelectDue"), a.cfg.Namespace,
 		now.Add(ahead), now.Add(-a.cfg.MisfireThreshold), a.cfg.Batch, a.cfg.Locks.Count(), ps)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("selecting due triggers: %w", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("selecting due triggers: %w", err)
 	}
@@ -486,6 +494,9 @@ func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, ahea
 		claims = append(claims, c)
 	}
 	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("selecting due triggers: %w", err)
+	}
+	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("selecting due triggers: %w", err)
 	}
 	return claims, nil

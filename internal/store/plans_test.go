@@ -136,3 +136,75 @@ func planNodes(t *testing.T, plan []byte) []planNode {
 	walk(top[0].Plan)
 	return out
 }
+
+// The acquire pass's SelectDue reads the due triggers in triggers_acquire's order and each one's
+// job by its primary key, also once autovacuum has analyzed the tables: fire times only move
+// forward, so the histogram of next_fire_time soon ends before now and the planner takes every
+// trigger for due. A steady 5,000/s then read all triggers, sorted them and hashed all jobs at
+// every pass.
+func TestSelectDueReadsTheAcquireIndexOnStaleStatistics(t *testing.T) {
+	ctx := t.Context()
+	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, q := range []string{
+		`alter table triggers set (autovacuum_enabled = false)`,
+		`alter table job_details set (autovacuum_enabled = false)`,
+		`insert into job_details (sched_name, job_group, job_name, job_type) select 'plans', 'g', 'j' || i, 'noop' from generate_series(1, 5000) i`,
+		`insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_name, kind, schedule, start_time, next_fire_time, state, partition)
+		 select 'plans', 'g', 't' || i, 'g', 'j' || i, 'simple', '{}', '2026-01-01', '2026-01-01'::timestamptz + i * interval '200 us', 'WAITING', i % 1024
+		 from generate_series(1, 5000) i`,
+		`analyze triggers`,
+		`analyze job_details`,
+		// A minute later every trigger fired 60 times; the statistics still say the first second.
+		`update triggers set next_fire_time = next_fire_time + interval '60 s'`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile("../acquire/queries.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := store.ParseQueries(string(b))
+	// 70 ms of the flow is due: 350 triggers, where the statistics say all 5,000.
+	args := []any{"plans", "2026-01-01T00:01:00.07Z", "2026-01-01T00:00:00.07Z", 500, 8, []int32{0, 1, 2, 3, 4, 5, 6, 7}}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var plan []byte
+	if err := tx.QueryRow(ctx, "explain (format json) "+acquire.Get("SelectDue"), args...).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("without IndexOrder: %s", planTypes(t, plan))
+	if _, err := tx.Exec(ctx, acquire.Get("IndexOrder")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "explain (format json) "+acquire.Get("SelectDue"), args...).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range planNodes(t, plan) {
+		switch {
+		case node.Relation == "job_details" && (node.Type != "Index Scan" || node.Index != "job_details_pkey"):
+			t.Errorf("SelectDue reads job_details by %s %s, not by its primary key\n%s", node.Type, node.Index, plan)
+		case node.Relation == "triggers" && (node.Type != "Index Scan" || node.Index != "triggers_acquire"),
+			node.Type == "Sort":
+			t.Errorf("SelectDue reads triggers by %s %s, not in triggers_acquire's order\n%s", node.Type, node.Index, plan)
+		}
+	}
+}
+
+// planTypes lists a plan's nodes as type(relation), for a log line.
+func planTypes(t *testing.T, plan []byte) string {
+	t.Helper()
+	var out []string
+	for _, n := range planNodes(t, plan) {
+		out = append(out, n.Type+"("+n.Relation+n.Index+")")
+	}
+	return strings.Join(out, " ")
+}
