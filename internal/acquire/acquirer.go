@@ -104,6 +104,9 @@ type Acquirer struct {
 	// held.
 	heavyUntil atomic.Int64
 	flowing    atomic.Bool
+	// backlogUntil: a pass claimed a full batch in some partition less than directFor before it;
+	// until then a heavy flow's passes skip held partitions rather than wait for them (RunOnce).
+	backlogUntil time.Time
 
 	metrics metrics
 
@@ -320,14 +323,17 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 	// A heavy flow's pass waits up to HeavyLockWait for the partitions that other transactions
 	// hold rather than skipping them: those are mostly the other nodes' passes, each over every
 	// partition, and a pass that skipped them backed off (busyBackoff), so that the nodes' passes
-	// came 12–14 ms apart with idle gaps between them. Waiting, they follow each other.
+	// came 12–14 ms apart with idle gaps between them. Waiting, they follow each other. Not
+	// within directFor of a backlog (a burst): there the other nodes hold partitions a
+	// transaction each, and a pass that waited for all of them kept them out (bursts of 20,000 on
+	// 2 nodes: 8,699–9,448 fires/s against 13,905–15,440 without waiting).
 	var results []Result
 	if heavy := a.direct || a.anyDirect(); n > 1 && !a.backlog.Load() && (a.light || heavy) {
 		all := make([]int, n)
 		for p := range all {
 			all[p] = p
 		}
-		res, err := a.runPartitions(ctx, all, heavy)
+		res, err := a.runPartitions(ctx, all, heavy && a.cfg.Now().After(a.backlogUntil))
 		if errors.Is(err, store.ErrPartitionsHeld) {
 			res, err = a.runPartitions(ctx, all, false) // held by a stopped node? the others
 		}
@@ -350,6 +356,11 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 			return total, err
 		}
 	}
+	defer func() {
+		if total.Full {
+			a.backlogUntil = a.cfg.Now().Add(directFor)
+		}
+	}()
 	for _, res := range results {
 		total.Claimed += res.Claimed
 		total.FiredNow += res.FiredNow
