@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/agatesched/agate/internal/acquire"
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
@@ -166,6 +168,21 @@ func TestRunOnceLooksAgainAtAHeavyFlowInOneTransaction(t *testing.T) {
 	}
 }
 
+// holdPartition takes lock partition p in a transaction of its own, as another node's pass
+// would, until the test rolls it back or ends.
+func holdPartition(t *testing.T, f *testenv.Fixture, p int) pgx.Tx {
+	t.Helper()
+	tx, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if err := f.Locks.Partition(t.Context(), tx, p); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // heavyFlowPerPartition makes a heavy flow of 3 triggers in each of 4 partitions, due at
 // t0+500ms, runs the pass that finds it (claiming nothing) and sets the clock past their time.
 func heavyFlowPerPartition(t *testing.T, f *testenv.Fixture, clock *testenv.Clock, a *acquire.Acquirer) {
@@ -186,14 +203,7 @@ func heavyFlowPerPartition(t *testing.T, f *testenv.Fixture, clock *testenv.Cloc
 func TestRunOnceWaitsForAPartitionInAHeavyFlow(t *testing.T) {
 	f, clock, h, a := setupConfig(t, 4, func(c *acquire.Config) { c.HeavyLockWait = time.Minute })
 	heavyFlowPerPartition(t, f, clock, a)
-	tx, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if err := f.Locks.Partition(t.Context(), tx, 2); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdPartition(t, f, 2)
 	type result struct {
 		res acquire.Result
 		err error
@@ -216,14 +226,7 @@ func TestRunOnceWaitsForAPartitionInAHeavyFlow(t *testing.T) {
 func TestRunOnceSkipsAPartitionHeldLongInAHeavyFlow(t *testing.T) {
 	f, clock, h, a := setup(t, 4)
 	heavyFlowPerPartition(t, f, clock, a)
-	tx, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if err := f.Locks.Partition(t.Context(), tx, 2); err != nil {
-		t.Fatal(err)
-	}
+	holdPartition(t, f, 2)
 	res, err := a.RunOnce(t.Context())
 	if err != nil || res.Busy != 1 || res.FiredNow != 9 {
 		t.Fatalf("pass with a partition held throughout: %+v, %v; want 9 fired, 1 busy", res, err)
@@ -282,14 +285,7 @@ func TestRunOnceSkipsHeldPartition(t *testing.T) {
 	f.Job(t, key("j"), false)
 	f.Trigger(t, key("due"), key("j"), testenv.Repeating(time.Minute), t0.Add(-time.Second))
 	p := f.Locks.PartitionOf("g", "j")
-	tx, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if err := f.Locks.Partition(t.Context(), tx, p); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdPartition(t, f, p)
 	if res, err := a.RunOnce(t.Context()); err != nil || res.Claimed != 0 {
 		t.Fatalf("pass while partition %d is held: %+v, %v; want nothing claimed", p, res, err)
 	}
@@ -314,14 +310,7 @@ func TestRunOnceTakesALightFlowInOneTransaction(t *testing.T) {
 		f.Trigger(t, key(fmt.Sprint("ahead", p)), j, testenv.Repeating(time.Minute), t0.Add(900*time.Millisecond))
 	}
 	held := 2
-	tx, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if err := f.Locks.Partition(t.Context(), tx, held); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdPartition(t, f, held)
 	res, err := a.RunOnce(t.Context())
 	if err != nil {
 		t.Fatal(err)
