@@ -294,6 +294,9 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 	defer func() {
 		a.backlog.Store(err == nil && total.Full)
 		a.flowing.Store(err == nil && (total.Claimed > 0 || total.Busy > 0))
+		if total.Full {
+			a.backlogUntil = a.cfg.Now().Add(directFor)
+		}
 	}()
 	if !a.cfg.Member.Joined() || !a.cfg.Clock.Synced() {
 		return total, nil // declared failed, or the clock is not known: recovery puts it right
@@ -319,7 +322,6 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 	// the steady 5,000/s's fire lateness p99. A backlog (a full batch: a burst) goes a
 	// transaction per partition, side by side.
 	//
-	//
 	// A heavy flow's pass waits up to HeavyLockWait for the partitions that other transactions
 	// hold rather than skipping them: those are mostly the other nodes' passes, each over every
 	// partition, and a pass that skipped them backed off (busyBackoff), so that the nodes' passes
@@ -328,12 +330,12 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 	// transaction each, and a pass that waited for all of them kept them out (bursts of 20,000 on
 	// 2 nodes: 8,699–9,448 fires/s against 13,905–15,440 without waiting).
 	var results []Result
-	if heavy := a.direct || a.anyDirect(); n > 1 && !a.backlog.Load() && (a.light || heavy) {
+	if heavyFlow := a.direct || a.anyDirect(); n > 1 && !a.backlog.Load() && (a.light || heavyFlow) {
 		all := make([]int, n)
 		for p := range all {
 			all[p] = p
 		}
-		res, err := a.runPartitions(ctx, all, heavy && a.cfg.Now().After(a.backlogUntil))
+		res, err := a.runPartitions(ctx, all, heavyFlow && a.cfg.Now().After(a.backlogUntil))
 		if errors.Is(err, store.ErrPartitionsHeld) {
 			res, err = a.runPartitions(ctx, all, false) // held by a stopped node? the others
 		}
@@ -356,11 +358,6 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 			return total, err
 		}
 	}
-	defer func() {
-		if total.Full {
-			a.backlogUntil = a.cfg.Now().Add(directFor)
-		}
-	}()
 	for _, res := range results {
 		total.Claimed += res.Claimed
 		total.FiredNow += res.FiredNow
@@ -383,8 +380,8 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 
 // runPartitions is one acquire transaction in lock partitions ps: with wait in all of them,
 // once other transactions let them go, else in those that no other transaction holds (nothing
-// when it gets none). Claims already due are fired in it;
-// later ones are marked ACQUIRED and handed to the queue after commit.
+// when it gets none). Claims already due are fired in it; later ones are marked ACQUIRED and
+// handed to the queue after commit.
 func (a *Acquirer) runPartitions(ctx context.Context, ps []int, wait bool) (Result, error) {
 	var res Result
 	var later []store.Claim

@@ -194,14 +194,15 @@ func (l Locks) WaitPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, 
 // takes the partitions.
 func (l Locks) partitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member, wait time.Duration) (time.Duration, error) {
 	ps = slices.Compact(slices.Sorted(slices.Values(ps)))
+	timed := wait > 0 && len(ps) > 0
 	b := &pgx.Batch{}
-	if wait > 0 && len(ps) > 0 {
+	if timed {
 		b.Queue(fmt.Sprintf("set local lock_timeout = %d", wait.Milliseconds()))
 	}
 	for _, p := range ps {
 		b.Queue(queries.Get("Lock"), l.Namespace, l.name(p))
 	}
-	if wait > 0 && len(ps) > 0 {
+	if timed {
 		b.Queue("set local lock_timeout = 0")
 	}
 	checkMember, err := queueMember(b, l.Namespace, instanceID, m)
@@ -214,7 +215,7 @@ func (l Locks) partitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, inst
 	start := time.Now()
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
-	if wait > 0 && len(ps) > 0 {
+	if timed {
 		if _, err := br.Exec(); err != nil {
 			return 0, fmt.Errorf("setting the lock wait: %w", err)
 		}
@@ -231,7 +232,7 @@ func (l Locks) partitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, inst
 			l.Wait.Record(ctx, w.Seconds())
 		}
 	}
-	if wait > 0 && len(ps) > 0 {
+	if timed {
 		if _, err := br.Exec(); err != nil {
 			return waited, fmt.Errorf("resetting the lock wait: %w", err)
 		}
