@@ -163,7 +163,7 @@ else heavy on the machine while timing.`,
 	f.StringVar(&o.FiresOut, "fires-out", "", "write every fire of each workload (scheduled time after T0, fire and published lateness, node) as CSV into this directory")
 	f.StringVar(&o.Profile, "profile", "", "write CPU profiles of every scheduler and worker process into this directory (from T0; intake: per measurement)")
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 5, "length of each CPU profile")
-	f.BoolVar(&o.KeepDatabases, "keep-databases", false, "do not drop the workload databases at the end (useful with --database-url)")
+	f.BoolVar(&o.KeepDatabases, "keep-databases", false, "do not drop each workload's database when it ends (to look at them afterwards with --database-url); dropped, they leave autovacuum nothing to clean under the next workload")
 	f.StringSliceVar(&o.PGSet, "pg-set", nil, "diagnostics: ALTER DATABASE <workload db> SET name = 'value' before the nodes connect, e.g. enable_nestloop=off (repeatable)")
 	f.IntVar(&o.Rounds, "rounds", 1, fmt.Sprintf("run the workloads (and --compare's peers) this many times, one round after the other, then report each round and the medians (at most %d): the machine's speed drifts between runs, and a comparison holds within a round", bench.MaxRounds))
 	f.BoolVarP(&o.Verbose, "verbose", "v", false, "run the schedulers and workers with --log-level info (their logs are in the temporary directory)")

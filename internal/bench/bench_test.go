@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
@@ -150,6 +152,19 @@ func TestBurstBlackBox(t *testing.T) {
 		if err != nil || len(rows) < 2 || len(rows) != 1+r.Fired || len(rows[1]) != 4 {
 			t.Errorf("the fires file %s has %d rows (error %v), want a header and one for each of the %d fires", r.FiresFile, len(rows), err, r.Fired)
 		}
+	}
+	// Each workload's database is dropped when it ends (KeepDatabases is off).
+	conn, err := pgx.Connect(ctx, c.DatabaseURL)
+	if err != nil {
+		t.Fatalf("connecting to count the bench databases: %v", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var left []string
+	if err := conn.QueryRow(ctx, `select coalesce(array_agg(datname), '{}') from pg_database where datname like 'agatebench\_%'`).Scan(&left); err != nil {
+		t.Fatalf("listing the bench databases: %v", err)
+	}
+	if len(left) > 0 {
+		t.Errorf("bench databases left after the run: %v", left)
 	}
 	t.Logf("burst of 1000 measured in %s: %.0f fires/s, fire lateness p99 %.1f ms, per node %v",
 		time.Since(start).Round(time.Millisecond), r.FiresPerSec, r.FireLate.P99Ms, r.PerNode)

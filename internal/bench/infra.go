@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,11 +139,15 @@ func (inf *infra) dbURL(name string) (string, error) {
 	return u.String(), nil
 }
 
-// checkpoint runs CHECKPOINT before a measurement, so that it does not pay for flushing the
-// pages the one before it dirtied (a checkpoint that started during an intake measurement cost
-// it about 10 %). A server where the bench's role may not (PostgreSQL 15: superuser or
-// pg_checkpoint) is measured without, with a warning.
-func (inf *infra) checkpoint(ctx context.Context, log *slog.Logger) {
+// flushWrites runs before a measurement, so that it does not pay for writing what was written
+// before it: CHECKPOINT flushes PostgreSQL's dirty buffers (a checkpoint that started during an
+// intake measurement cost it about 10 %), then sync(2) the page cache's dirty pages. Without the
+// sync the kernel wrote back what the set-up had written (the built binaries, the workload's
+// scheduling: 150–300 MB) 30 s later (vm.dirty_expire_centisecs) in one go, in the middle of the
+// steady run, and its commits waited for the disk (fire lateness p99 of that second 57–91 ms
+// against 15–25). A server where the bench's role may not checkpoint (PostgreSQL 15: superuser
+// or pg_checkpoint) is measured without, with a warning.
+func (inf *infra) flushWrites(ctx context.Context, log *slog.Logger) {
 	conn, err := pgx.Connect(ctx, inf.baseURL)
 	if err == nil {
 		defer conn.Close(context.WithoutCancel(ctx))
@@ -151,6 +156,7 @@ func (inf *infra) checkpoint(ctx context.Context, log *slog.Logger) {
 	if err != nil {
 		log.Warn("no CHECKPOINT before the measurement: figures may include flushing the previous one's writes", "error", err)
 	}
+	syscall.Sync()
 }
 
 // createDB creates a fresh database for one workload (with pg_stat_statements when the server
@@ -194,6 +200,25 @@ func (inf *infra) createDB(ctx context.Context, name string, settings []string) 
 	return u, nil
 }
 
+// dropDB drops a workload's database once the workload has ended (unless --keep-databases), so
+// that autovacuum cleaning its dead rows does not take the cores from the workloads after it.
+func (inf *infra) dropDB(ctx context.Context, name string, log *slog.Logger) {
+	if inf.keepDBs {
+		return
+	}
+	conn, err := pgx.Connect(ctx, inf.baseURL)
+	if err != nil {
+		log.Warn("could not connect to drop a bench database", "database", name, "error", err)
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "drop database if exists "+pgx.Identifier{name}.Sanitize()+" with (force)"); err != nil {
+		log.Warn("dropping bench database failed", "database", name, "error", err)
+		return
+	}
+	inf.dbs = slices.DeleteFunc(inf.dbs, func(db string) bool { return db == name })
+}
+
 // close stops nats-server, drops the workload databases (unless kept) and stops PostgreSQL.
 func (inf *infra) close(log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -201,17 +226,10 @@ func (inf *infra) close(log *slog.Logger) {
 	if inf.nats != nil {
 		inf.nats.stop()
 	}
-	if len(inf.dbs) > 0 && !inf.keepDBs && inf.pg == nil {
+	if inf.pg == nil {
 		// A private cluster goes away as a whole; only a shared server needs its databases dropped.
-		if conn, err := pgx.Connect(ctx, inf.baseURL); err != nil {
-			log.Warn("could not connect to drop the bench databases", "error", err)
-		} else {
-			for _, db := range inf.dbs {
-				if _, err := conn.Exec(ctx, "drop database if exists "+pgx.Identifier{db}.Sanitize()+" with (force)"); err != nil {
-					log.Warn("dropping bench database failed", "database", db, "error", err)
-				}
-			}
-			_ = conn.Close(ctx)
+		for _, db := range slices.Clone(inf.dbs) {
+			inf.dropDB(ctx, db, log)
 		}
 	}
 	if inf.pg != nil {

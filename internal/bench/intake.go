@@ -65,6 +65,7 @@ func (b *bench) runIntake(ctx context.Context, nodes int) ([]IntakeResult, error
 	if err != nil {
 		return nil, err
 	}
+	defer b.inf.dropDB(ctx, dbName, log)
 	if err := b.migrate(ctx, dbURL); err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func (b *bench) runIntake(ctx context.Context, nodes int) ([]IntakeResult, error
 	var results []IntakeResult
 	for _, path := range []string{"cmd", "api"} {
 		n := b.o.IntakeN
-		b.inf.checkpoint(ctx, log)
+		b.inf.flushWrites(ctx, log)
 		if err := b.resetStatements(ctx, admin); err != nil {
 			return nil, err
 		}
@@ -451,10 +452,12 @@ func (b *bench) runRiver(ctx context.Context) (IntakeResult, error) {
 	}
 	dir := filepath.Join(filepath.Dir(file), "river")
 	b.seq++
-	dbURL, err := b.inf.createDB(ctx, fmt.Sprintf("agatebench_%d_river", b.seq), nil)
+	dbName := fmt.Sprintf("agatebench_%d_river", b.seq)
+	dbURL, err := b.inf.createDB(ctx, dbName, nil)
 	if err != nil {
 		return IntakeResult{}, err
 	}
+	defer b.inf.dropDB(ctx, dbName, b.log)
 	pids := map[string][]int{}
 	if b.inf.pg != nil {
 		pids["postgres"] = postmasterPIDs(b.inf.pg.DataDir())
@@ -466,7 +469,7 @@ func (b *bench) runRiver(ctx context.Context) (IntakeResult, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return IntakeResult{}, fmt.Errorf("building %s: %w\n%s", dir, err, out)
 	}
-	b.inf.checkpoint(ctx, b.log)
+	b.inf.flushWrites(ctx, b.log)
 	before := cpuSeconds(pids)
 	out, err := exec.CommandContext(ctx, exe, "--mode", "insert", "--database-url", dbURL, "--n", strconv.Itoa(b.o.IntakeN),
 		"--batch", "1000", "--concurrency", "2").Output()

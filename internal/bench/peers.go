@@ -69,10 +69,12 @@ func (b *bench) runRiverBurst(ctx context.Context, n, procs int) (PeerResult, er
 		return PeerResult{}, err
 	}
 	b.seq++
-	dbURL, err := b.inf.createDB(ctx, fmt.Sprintf("agatebench_%d_river_burst", b.seq), nil)
+	dbName := fmt.Sprintf("agatebench_%d_river_burst", b.seq)
+	dbURL, err := b.inf.createDB(ctx, dbName, nil)
 	if err != nil {
 		return PeerResult{}, err
 	}
+	defer b.inf.dropDB(ctx, dbName, b.log)
 	// A directory of its own: another run on the machine may be building the same binary.
 	bin, err := os.MkdirTemp("", "agatebench-river-")
 	if err != nil {
@@ -88,7 +90,7 @@ func (b *bench) runRiverBurst(ctx context.Context, n, procs int) (PeerResult, er
 	timeout := max(b.o.Timeout, 2*time.Minute)
 	cmd := exec.CommandContext(ctx, exe, "--mode", "burst", "--database-url", dbURL, "--n", strconv.Itoa(n),
 		"--procs", strconv.Itoa(procs), "--lead", "5s", "--timeout", timeout.String())
-	return b.runPeer(cmd, "river", n, procs)
+	return b.runPeer(ctx, cmd, "river", n, procs)
 }
 
 // runQuartzBurst runs the burst workload on Quartz 2.3.2 clustered: n one-shot triggers due at
@@ -119,10 +121,12 @@ func (b *bench) runQuartzBurst(ctx context.Context, n, nodes int) (PeerResult, e
 		return PeerResult{}, fmt.Errorf("no Java sources in %s/src/agatebench", dir)
 	}
 	b.seq++
-	dbURL, err := b.inf.createDB(ctx, fmt.Sprintf("agatebench_%d_quartz_burst", b.seq), nil)
+	dbName := fmt.Sprintf("agatebench_%d_quartz_burst", b.seq)
+	dbURL, err := b.inf.createDB(ctx, dbName, nil)
 	if err != nil {
 		return PeerResult{}, err
 	}
+	defer b.inf.dropDB(ctx, dbName, b.log)
 	jdbc, user, password, err := jdbcURL(dbURL)
 	if err != nil {
 		return PeerResult{}, err
@@ -141,7 +145,7 @@ func (b *bench) runQuartzBurst(ctx context.Context, n, nodes int) (PeerResult, e
 		"--jdbc-url", jdbc, "--n", strconv.Itoa(n), "--nodes", strconv.Itoa(nodes),
 		"--lead-ms", "5000", "--timeout-ms", strconv.FormatInt(timeout.Milliseconds(), 10))
 	cmd.Env = append(os.Environ(), "QUARTZ_DB_USER="+user, "QUARTZ_DB_PASSWORD="+password)
-	return b.runPeer(cmd, "quartz", n, nodes)
+	return b.runPeer(ctx, cmd, "quartz", n, nodes)
 }
 
 // jdbcURL turns a postgres:// URL into PgJDBC's URL and the user and password, which the
@@ -165,8 +169,9 @@ func jdbcURL(dbURL string) (jdbc, user, password string, err error) {
 // runPeer runs a peer's harness, which prints its figures as one JSON object, and samples the
 // CPU time of PostgreSQL and of the harness's processes at T0 and once all jobs completed, as
 // the harness marks them on its standard error ("@pids", "@t0", "@done").
-func (b *bench) runPeer(cmd *exec.Cmd, peer string, n, procs int) (PeerResult, error) {
+func (b *bench) runPeer(ctx context.Context, cmd *exec.Cmd, peer string, n, procs int) (PeerResult, error) {
 	log := b.log.With("workload", "burst", "peer", peer, "procs", procs)
+	b.inf.flushWrites(ctx, log) // as before an Agate workload's T0
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()

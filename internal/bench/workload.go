@@ -130,6 +130,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	defer b.inf.dropDB(ctx, dbName, log)
 	if err := b.migrate(ctx, dbURL); err != nil {
 		return Result{}, err
 	}
@@ -196,6 +197,11 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 		"before_t0", t0.Sub(schedEnd).Round(time.Millisecond))
 	if schedEnd.After(t0) {
 		log.Warn("scheduling finished after T0: the first fires are late because of it and the figures understate Agate; raise --lead")
+	}
+
+	b.inf.flushWrites(ctx, log)
+	if time.Now().After(t0) {
+		log.Warn("flushing the set-up's writes (CHECKPOINT, sync) ended after T0; raise --lead")
 	}
 
 	// Counters from here: statistics reset and CPU read right before T0 (or now, when late),
