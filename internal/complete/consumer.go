@@ -34,7 +34,7 @@ var queries = store.ParseQueries(queriesSQL)
 const (
 	BatchDefault   = 500
 	MaxWaitDefault = 50 * time.Millisecond
-	YieldDefault   = time.Second
+	YieldDefault   = 3 * time.Second
 )
 
 // Config configures a Consumer.
@@ -57,7 +57,9 @@ type Config struct {
 	// depends on them, except a non-concurrent job's next fire. Nil: never behind.
 	Backlogged func() bool
 	// Yield is the longest the consumer waits while Backlogged; then it applies batches until
-	// it has caught up, and may wait again. Default 1s.
+	// it has caught up, and may wait again. Default 3s: with 1s, a burst of 20,000 on 2 nodes
+	// (about 1.5 s of fires) had its completions applied during its last half second of fires,
+	// and on 4 nodes during most of them (docs/performance.md).
 	Yield time.Duration
 	// Heavy reports whether the node fires a heavy flow (acquire.Acquirer.Heavy). Meanwhile the
 	// outcomes whose recording takes partition locks (a one-shot's end deletes its trigger and

@@ -12,7 +12,7 @@
 //   - every outcome is appended to the event log (not published again: it is on the bus already).
 //
 // While its node fires a heavy flow (Config.Heavy), the outcomes whose recording takes the
-// partition locks are held back, up to a second, so that the acquire passes, which skip a
+// partition locks are held back, up to Config.Yield, so that the acquire passes, which skip a
 // held partition, are not made late by them; the ends of repeating triggers' executions are
 // recorded at once.
 //
