@@ -50,11 +50,12 @@ type Config struct {
 	Logger  *slog.Logger
 	// Wake is notified after triggers went back to WAITING.
 	Wake *wake.Signal
-	// Backlogged reports whether the node's fire path is behind: more triggers due than its
-	// acquire loop fires in a pass (acquire.Acquirer.Backlogged). Meanwhile the consumer waits
-	// before it takes the next batch, up to Yield, so that completions do not take cores and
-	// partition locks from fires that are due: nothing a worker or a producer waits for
-	// depends on them, except a non-concurrent job's next fire. Nil: never behind.
+	// Backlogged reports whether fires are behind: more triggers due than the node's acquire
+	// loop fires in a pass (acquire.Acquirer.Backlogged), or a batch of fires or more waiting
+	// for a worker (pending.Waiting; the node wires both). Meanwhile the consumer waits before
+	// it takes the next batch, up to Yield, so that completions do not take cores and partition
+	// locks from fires that are due or jobs that wait to run: nothing a worker or a producer
+	// waits for depends on them, except a non-concurrent job's next fire. Nil: never behind.
 	Backlogged func() bool
 	// Yield is the longest the consumer waits while Backlogged; then it applies batches until
 	// it has caught up, and may wait again. Default 3s: with 1s, a burst of 20,000 on 2 nodes

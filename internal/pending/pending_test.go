@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/telemetry/metrictest"
 )
 
@@ -158,5 +159,60 @@ func TestPendingCached(t *testing.T) {
 	clk.add(5 * time.Second)
 	if got, ok := read(t, r, "done"); ok {
 		t.Errorf("JetStream down: reported %v; want nothing", got)
+	}
+}
+
+// Waiting sums the fires not yet delivered to the workers of every job type, and reads them
+// again once its reading is WaitingTTL old.
+func TestWaitingCountsFiresNotDelivered(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const ns = "waiting"
+	w := NewWaiting(js, ns, nil)
+	at := time.Now()
+	w.now = func() time.Time { return at }
+	if w.AtLeast(ctx, 1) {
+		t.Fatal("fires wait before the FIRED stream exists")
+	}
+	if err := events.EnsureStreams(ctx, js, ns); err != nil {
+		t.Fatal(err)
+	}
+	subjects := events.Subjects(ns)
+	for _, typ := range []string{"a", "b"} {
+		if _, err := js.CreateOrUpdateConsumer(ctx, events.StreamFired(ns), jetstream.ConsumerConfig{
+			Durable: events.WorkerDurable(typ), FilterSubject: subjects.Fired(typ), AckPolicy: jetstream.AckExplicitPolicy,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(t, js, subjects.Fired("a"), 2)
+	publish(t, js, subjects.Fired("b"), 1)
+	at = at.Add(WaitingTTL) // the reading is as old as the TTL: read again
+	if !w.AtLeast(ctx, 3) || w.AtLeast(ctx, 4) {
+		t.Errorf("3 fires wait: AtLeast(3) = %v, AtLeast(4) = %v", w.AtLeast(ctx, 3), w.AtLeast(ctx, 4))
+	}
+	// One delivered (a worker runs it) no longer waits, once the reading is WaitingTTL old.
+	c, err := js.Consumer(ctx, events.StreamFired(ns), events.WorkerDurable("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Next(jetstream.FetchMaxWait(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if !w.AtLeast(ctx, 3) {
+		t.Error("the reading was not kept for WaitingTTL")
+	}
+	at = at.Add(WaitingTTL)
+	if w.AtLeast(ctx, 3) || !w.AtLeast(ctx, 2) {
+		t.Errorf("2 fires wait once one was delivered: AtLeast(3) = %v, AtLeast(2) = %v", w.AtLeast(ctx, 3), w.AtLeast(ctx, 2))
 	}
 }
