@@ -61,7 +61,8 @@ source), startedTime, finishedTime and when JetStream stored the completion. A r
 every expected (trigger, scheduled time) has a JobCompleted (or --timeout after the last due
 time); the streams are read again once quiet for 1s, to count late duplicates. CPU figures end
 when the count was reached and the schedulers had applied every completion (their consumer of
-the DONE stream had nothing pending or unacked: "applied"), before the bench reads anything.
+the DONE stream had nothing pending or unacked: "applied"), before the bench reads anything;
+the report also gives the part used until the count was reached (the end-to-end interval).
 
 Figures:
   fires/s       burst: fires / (last firedTime - T0); steady, failover: fires / (last - first firedTime)

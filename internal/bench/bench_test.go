@@ -143,6 +143,11 @@ func TestBurstBlackBox(t *testing.T) {
 	if len(r.PerNode) == 0 || r.CPU["scheduler n1"] <= 0 && r.CPU["scheduler n2"] <= 0 {
 		t.Errorf("no fires per node (%v) or no scheduler CPU (%v)", r.PerNode, r.CPU)
 	}
+	// The CPU to the last completion stored is part of the CPU to every completion applied.
+	if toDone, all := cpuTotal(r.CPUToCompleted), cpuTotal(r.CPU); toDone <= 0 || toDone > all+0.05 ||
+		r.MeasuredToCompletedSec <= 0 || r.MeasuredToCompletedSec > r.MeasuredSec {
+		t.Errorf("CPU to the last completion %.2f s in %.2f s, to applied %.2f s in %.2f s", toDone, r.MeasuredToCompletedSec, all, r.MeasuredSec)
+	}
 	// --fires-out: a row a fire, after the header.
 	if f, err := os.Open(r.FiresFile); err != nil {
 		t.Errorf("the fires file: %v", err)

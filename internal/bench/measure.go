@@ -59,8 +59,13 @@ type Result struct {
 	WritesPerFire  float64     `json:"writesPerFire"`
 	Statements     []Statement `json:"topStatements,omitempty"`
 	// CPU is the CPU seconds each process used over the measured interval (MeasuredSec long).
-	CPU                    map[string]float64 `json:"cpuSeconds"`
-	MeasuredSec            float64            `json:"measuredSec"`
+	CPU         map[string]float64 `json:"cpuSeconds"`
+	MeasuredSec float64            `json:"measuredSec"`
+	// CPUToCompleted is the CPU seconds each process used from the same start (just before T0)
+	// until the DONE stream held a completion for every fire, MeasuredToCompletedSec later (the end-to-end rate's interval); the rest of CPU went to
+	// applying completions after it.
+	CPUToCompleted         map[string]float64 `json:"cpuSecondsToCompleted,omitempty"`
+	MeasuredToCompletedSec float64            `json:"measuredToCompletedSec,omitempty"`
 	LeadSec                float64            `json:"leadSec"`
 	SchedulingSec          float64            `json:"schedulingSec"`
 	ScheduledBeforeT0Sec   float64            `json:"scheduledBeforeT0Sec"`

@@ -156,6 +156,10 @@ func writeDetails(w io.Writer, r Result) {
 	fmt.Fprintf(w, "CPU s over the %.1f s measured: %s.", r.MeasuredSec, cpuSplit(r.CPU))
 	if r.Fired > 0 {
 		fmt.Fprintf(w, " In all %.2f s, %.0f µs a fire.", cpuTotal(r.CPU), cpuPerFire(r))
+		if t := cpuTotal(r.CPUToCompleted); t > 0 && r.MeasuredToCompletedSec > 0 {
+			fmt.Fprintf(w, " Of it, in the %.1f s until the DONE stream held every completion: %s; in all %.2f s, %.0f µs a fire.",
+				r.MeasuredToCompletedSec, cpuSplit(r.CPUToCompleted), t, t/float64(r.Fired)*1e6)
+		}
 	}
 	fmt.Fprintln(w)
 	if r.Failed > 0 || r.Unexpected > 0 || r.Undecodable > 0 || r.DuplicateFires > 0 || r.DuplicateCompletions > 0 {

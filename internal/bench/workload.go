@@ -243,9 +243,10 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	}
 
 	deadline := t0.Add(s.lastDue() + b.o.Timeout)
-	var cpuAfter map[string]float64
-	var countedAt, appliedAt time.Time
+	var cpuAfter, cpuCompleted map[string]float64
+	var completedAt, countedAt, appliedAt time.Time
 	allSeen, timedOut, err := obs.wait(ctx, deadline, log, func() {
+		cpuCompleted, completedAt = cpuSeconds(pids), time.Now()
 		// The schedulers may apply completions after the workers published them (a node yields
 		// to its fires while it has a backlog): a fire's CPU runs until they have.
 		appliedAt = waitApplied(ctx, js, ns, deadline)
@@ -299,6 +300,8 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 		return Result{}, err
 	}
 	r.CPU = cpuDelta(cpuBefore, cpuAfter)
+	r.CPUToCompleted = cpuDelta(cpuBefore, cpuCompleted)
+	r.MeasuredToCompletedSec = completedAt.Sub(dbBefore.at).Seconds()
 	r.MeasuredSec = countedAt.Sub(dbBefore.at).Seconds() // the CPU figures' interval
 	if at := killed.Load(); at > 0 {
 		obs.failover(&r, time.Unix(0, at), t0)
