@@ -50,13 +50,18 @@ type Config struct {
 	Logger  *slog.Logger
 	// Wake is notified after triggers went back to WAITING.
 	Wake *wake.Signal
-	// Backlogged reports whether fires are behind: more triggers due than the node's acquire
-	// loop fires in a pass (acquire.Acquirer.Backlogged), or a batch of fires or more waiting
-	// for a worker (pending.Waiting; the node wires both). Meanwhile the consumer waits before
-	// it takes the next batch, up to Yield, so that completions do not take cores and partition
-	// locks from fires that are due or jobs that wait to run: nothing a worker or a producer
-	// waits for depends on them, except a non-concurrent job's next fire. Nil: never behind.
+	// Backlogged reports whether the node's fire path is behind: more triggers due than its
+	// acquire loop fires in a pass (acquire.Acquirer.Backlogged). Meanwhile the consumer waits
+	// before it takes the next batch, up to Yield, so that completions do not take cores and
+	// partition locks from fires that are due: nothing a worker or a producer waits for
+	// depends on them, except a non-concurrent job's next fire. Nil: never behind.
 	Backlogged func() bool
+	// FiresWaiting reports whether a batch of fires or more waits for a worker
+	// (pending.Waiting): the consumer waits as while Backlogged, so that completions do not
+	// take the cores of jobs waiting to run. It is asked only while the consumer waits or after
+	// a fetch that came back full (completions arriving faster than the consumer applies
+	// them), so that a steady flow costs JetStream no request. Nil: never.
+	FiresWaiting func() bool
 	// Yield is the longest the consumer waits while Backlogged; then it applies batches until
 	// it has caught up, and may wait again. Default 3s: with 1s, a burst of 20,000 on 2 nodes
 	// (about 1.5 s of fires) had its completions applied during its last half second of fires,
@@ -134,7 +139,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("creating completion consumer: %w", err)
 	}
 	defer c.giveBack()
-	y := yielder{backlogged: c.cfg.Backlogged, max: c.cfg.Yield}
+	full := false // the last fetch came back with a whole batch
+	y := &yielder{max: c.cfg.Yield}
+	y.backlogged = func() bool { return c.behind(full || y.waiting()) }
 	for ctx.Err() == nil {
 		c.flush(ctx)
 		if d := y.wait(time.Now()); d > 0 {
@@ -157,7 +164,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 			c.cfg.Logger.DebugContext(ctx, "completion fetch ended", slog.Any("error", err))
 		}
-		if len(msgs) < c.cfg.Batch {
+		full = len(msgs) == c.cfg.Batch
+		if !full {
 			y.caughtUp()
 		}
 		if len(msgs) == 0 {
@@ -166,6 +174,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.handle(ctx, msgs)
 	}
 	return nil
+}
+
+// behind reports whether fires are behind (Config.Backlogged, and Config.FiresWaiting when
+// busy: the consumer waits, or its last fetch came back full): the consumer then yields. A
+// burst's acquire passes report a backlog on and off; asked only after full fetches, the
+// fires waiting let a batch of completions through at each pass without one, and the bursts
+// were 6–11 % slower end to end.
+func (c *Consumer) behind(busy bool) bool {
+	if c.cfg.Backlogged != nil && c.cfg.Backlogged() {
+		return true
+	}
+	return busy && c.cfg.FiresWaiting != nil && c.cfg.FiresWaiting()
 }
 
 // yieldPoll is how often a yielding consumer looks whether the backlog is gone.
@@ -201,6 +221,9 @@ func (y *yielder) wait(now time.Time) time.Duration {
 	}
 	return min(left, yieldPoll)
 }
+
+// waiting reports whether the consumer is waiting out a backlog.
+func (y *yielder) waiting() bool { return !y.since.IsZero() }
 
 // caughtUp says a fetch returned less than a full batch: the next backlog may be waited out again.
 func (y *yielder) caughtUp() { y.since, y.spent = time.Time{}, false }

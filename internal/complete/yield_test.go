@@ -16,8 +16,8 @@ func TestYielderWaitsOutABacklogForAtMostMax(t *testing.T) {
 		t.Fatalf("no backlog: wait %s, want 0", d)
 	}
 	backlogged = true
-	if d := y.wait(t0); d != yieldPoll {
-		t.Fatalf("backlog begins: wait %s, want %s", d, yieldPoll)
+	if d := y.wait(t0); d != yieldPoll || !y.waiting() {
+		t.Fatalf("backlog begins: wait %s, waiting %v, want %s and true", d, y.waiting(), yieldPoll)
 	}
 	if d := y.wait(t0.Add(998 * time.Millisecond)); d != 2*time.Millisecond {
 		t.Fatalf("2ms before max: wait %s, want 2ms", d)
@@ -35,8 +35,8 @@ func TestYielderWaitsOutABacklogForAtMostMax(t *testing.T) {
 	}
 	// The backlog ends: fetch at once, and a later backlog gets a whole wait of its own.
 	backlogged = false
-	if d := y.wait(t0.Add(6500 * time.Millisecond)); d != 0 {
-		t.Fatalf("backlog gone: wait %s, want 0", d)
+	if d := y.wait(t0.Add(6500 * time.Millisecond)); d != 0 || y.waiting() {
+		t.Fatalf("backlog gone: wait %s, waiting %v, want 0 and false", d, y.waiting())
 	}
 	backlogged = true
 	if d := y.wait(t0.Add(7 * time.Second)); d != yieldPoll {
@@ -52,5 +52,28 @@ func TestYielderWithoutBacklogSignalNeverWaits(t *testing.T) {
 	y := yielder{max: time.Second}
 	if d := y.wait(time.Unix(1000, 0)); d != 0 {
 		t.Fatalf("wait %s, want 0", d)
+	}
+}
+
+// The fires waiting for a worker count only while busy (waiting, or after a fetch that came back
+// full): a steady flow, whose fetches come back short, asks JetStream nothing.
+func TestBehindAsksForWaitingFiresOnlyAfterAFullFetch(t *testing.T) {
+	acquireBehind, asked := false, 0
+	c := &Consumer{cfg: Config{
+		Backlogged:   func() bool { return acquireBehind },
+		FiresWaiting: func() bool { asked++; return true },
+	}}
+	if c.behind(false) || asked != 0 {
+		t.Fatalf("not busy: behind %v, waiting fires asked %d times, want false and 0", c.behind(false), asked)
+	}
+	if !c.behind(true) || asked != 1 {
+		t.Fatalf("busy, fires waiting: behind %v, asked %d times, want true and 1", c.behind(true), asked)
+	}
+	acquireBehind = true
+	if !c.behind(false) || asked != 1 {
+		t.Fatalf("the acquire loop behind: behind %v, asked %d times, want true and still 1", c.behind(false), asked)
+	}
+	if (&Consumer{}).behind(true) {
+		t.Error("a consumer with neither signal is behind")
 	}
 }

@@ -236,13 +236,10 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	if err != nil {
 		return err
 	}
-	// Fires are behind when this node's acquire loop is, or when a batch of fires or more waits
-	// for a worker: the completions' bookkeeping waits meanwhile (complete.Config.Backlogged).
 	waiting := pending.NewWaiting(js, ns, log)
 	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Logger: log,
-		Wake: wakeup, Backlogged: func() bool {
-			return acq.Backlogged() || waiting.AtLeast(ctx, complete.BatchDefault)
-		}, Heavy: acq.Heavy}, ob, js)
+		Wake: wakeup, Backlogged: acq.Backlogged, Heavy: acq.Heavy,
+		FiresWaiting: func() bool { return waiting.AtLeast(ctx, complete.BatchDefault) }}, ob, js)
 	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks,
 		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
 		Wake: wakeup, Member: member, Clock: clock, JetStream: js, HealEvery: cfg.HealEvery,
