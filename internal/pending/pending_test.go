@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agatesched/agate/internal/devenv/natsembed"
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/telemetry/metrictest"
@@ -29,9 +30,8 @@ func (c *clock) add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// setup starts JetStream with a stream S (subjects s.>) and durable consumers on it.
-// The returned function stops the server.
-func setup(t *testing.T, consumers ...string) (jetstream.JetStream, func()) {
+// startJetStream starts a NATS server with JetStream and connects to it.
+func startJetStream(t *testing.T) (jetstream.JetStream, *natsembed.Server) {
 	t.Helper()
 	srv := testenv.StartNATS(t)
 	nc, err := nats.Connect(srv.URL())
@@ -43,6 +43,14 @@ func setup(t *testing.T, consumers ...string) (jetstream.JetStream, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js, srv
+}
+
+// setup starts JetStream with a stream S (subjects s.>) and durable consumers on it.
+// The returned function stops the server.
+func setup(t *testing.T, consumers ...string) (jetstream.JetStream, func()) {
+	t.Helper()
+	js, srv := startJetStream(t)
 	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
@@ -165,16 +173,7 @@ func TestPendingCached(t *testing.T) {
 // Waiting sums the fires not yet delivered to the workers of every job type, and reads them
 // again once its reading is WaitingTTL old.
 func TestWaitingCountsFiresNotDelivered(t *testing.T) {
-	srv := testenv.StartNATS(t)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, _ := startJetStream(t)
 	ctx := t.Context()
 	const ns = "waiting"
 	w := NewWaiting(js, ns, nil)
