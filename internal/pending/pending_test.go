@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agatesched/agate/internal/devenv/natsembed"
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/telemetry/metrictest"
@@ -30,8 +29,9 @@ func (c *clock) add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// startJetStream starts a NATS server with JetStream and connects to it.
-func startJetStream(t *testing.T) (jetstream.JetStream, *natsembed.Server) {
+// startJetStream starts a NATS server with JetStream and connects to it; stop shuts the server
+// down.
+func startJetStream(t *testing.T) (js jetstream.JetStream, stop func()) {
 	t.Helper()
 	srv := testenv.StartNATS(t)
 	nc, err := nats.Connect(srv.URL())
@@ -39,18 +39,18 @@ func startJetStream(t *testing.T) (jetstream.JetStream, *natsembed.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err = jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return js, srv
+	return js, srv.Shutdown
 }
 
 // setup starts JetStream with a stream S (subjects s.>) and durable consumers on it.
 // The returned function stops the server.
 func setup(t *testing.T, consumers ...string) (jetstream.JetStream, func()) {
 	t.Helper()
-	js, srv := startJetStream(t)
+	js, stop := startJetStream(t)
 	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func setup(t *testing.T, consumers ...string) (jetstream.JetStream, func()) {
 			t.Fatal(err)
 		}
 	}
-	return js, srv.Shutdown
+	return js, stop
 }
 
 func publish(t *testing.T, js jetstream.JetStream, subject string, n int) {
