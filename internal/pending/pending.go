@@ -56,8 +56,9 @@ type Config struct {
 
 // reader reads the pending counts, at most once per TTL.
 type reader struct {
-	cfg Config
-	js  jetstream.JetStream
+	cfg       Config
+	js        jetstream.JetStream
+	failLevel slog.Level // of the log line a failed reading writes; Warn unless set
 
 	mu     sync.Mutex
 	at     time.Time        // of the last reading, successful or not
@@ -81,7 +82,7 @@ func Register(mp metric.MeterProvider, js jetstream.JetStream, cfg Config) (unre
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &reader{cfg: cfg, js: js}
+	r := &reader{cfg: cfg, js: js, failLevel: slog.LevelWarn}
 	m := telemetry.Meter(mp, "internal/pending")
 	g := telemetry.Gauge(m, "agate.consumer.pending.messages", "{message}",
 		"Messages a JetStream consumer has not delivered yet (NumPending), by consumer: scheduler-done "+
@@ -109,7 +110,7 @@ func (r *reader) read(ctx context.Context) map[string]int64 {
 		defer cancel()
 		counts, err := r.fetch(ctx)
 		if err != nil {
-			r.cfg.Logger.WarnContext(ctx, "reading consumer pending counts failed; not reported", slog.Any("error", err))
+			r.cfg.Logger.Log(ctx, r.failLevel, "reading consumer pending counts failed; not reported", slog.Any("error", err))
 		}
 		r.at, r.counts = now, counts
 	}

@@ -178,7 +178,7 @@ func TestWaitingCountsFiresNotDelivered(t *testing.T) {
 	const ns = "waiting"
 	w := NewWaiting(js, ns, nil)
 	at := time.Now()
-	w.now = func() time.Time { return at }
+	w.r.cfg.Now = func() time.Time { return at }
 	if w.AtLeast(ctx, 1) {
 		t.Fatal("fires wait before the FIRED stream exists")
 	}
