@@ -5,7 +5,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/store"
 )
 
@@ -13,11 +12,7 @@ import (
 // plans again, also when the statement failed inside a savepoint that was rolled back.
 func TestCollectGenericLeavesCustomPlans(t *testing.T) {
 	ctx := t.Context()
-	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, 1)
 	mode := func(tx pgx.Tx) string {
 		var m string
 		if err := tx.QueryRow(ctx, "show plan_cache_mode").Scan(&m); err != nil {
@@ -25,7 +20,7 @@ func TestCollectGenericLeavesCustomPlans(t *testing.T) {
 		}
 		return m
 	}
-	err = store.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err := store.InTx(ctx, pool, func(tx pgx.Tx) error {
 		got, err := store.CollectGeneric(ctx, tx, pgx.RowTo[int32], "select x from unnest($1::int4[]) x", []int32{3, 1, 2})
 		if err != nil || len(got) != 3 || got[0] != 3 || got[2] != 2 {
 			t.Errorf("rows %v, error %v", got, err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/store"
@@ -23,11 +24,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // every batch of 500 keys (docs/performance.md, "Plans").
 func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 	ctx := t.Context()
-	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, 2)
 	const ns, n = "plans", 20000
 	for _, q := range []string{
 		`alter table triggers set (autovacuum_enabled = false)`,
@@ -144,11 +141,7 @@ func planNodes(t *testing.T, plan []byte) []planNode {
 // every pass.
 func TestSelectDueReadsTheAcquireIndexOnStaleStatistics(t *testing.T) {
 	ctx := t.Context()
-	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, 2)
 	for _, q := range []string{
 		`alter table triggers set (autovacuum_enabled = false)`,
 		`alter table job_details set (autovacuum_enabled = false)`,
@@ -207,4 +200,16 @@ func planTypes(t *testing.T, plan []byte) string {
 		out = append(out, n.Type+"("+n.Relation+n.Index+")")
 	}
 	return strings.Join(out, " ")
+}
+
+// openPool opens a pool of conns connections on a freshly migrated database, closed when the
+// test ends.
+func openPool(t *testing.T, conns int32) *pgxpool.Pool {
+	t.Helper()
+	pool, err := store.Open(t.Context(), testenv.MigratedDatabase(t), conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
