@@ -270,10 +270,11 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 }
 
 // flush records the held outcomes under their partitions' locks, unless they wait longer
-// (holding). They go in a transaction per lock partition of their jobs, several at once. One transaction for a whole
-// batch took every partition its jobs hash to (all of them, in a burst), in order, waiting for
-// each: fire transactions queued behind it, and two nodes' batches behind each other. A small
-// batch (store.SmallBatch, a steady flow's) goes in one transaction all the same.
+// (holding). They go in a transaction per lock partition of their jobs, several at once. One
+// transaction for a whole batch took every partition its jobs hash to (all of them, in a
+// burst), in order, waiting for each: fire transactions queued behind it, and two nodes'
+// batches behind each other. A small batch (store.SmallBatch, a steady flow's) goes in one
+// transaction all the same.
 func (c *Consumer) flush(ctx context.Context) {
 	if len(c.held) == 0 || c.holding(time.Now()) {
 		return
