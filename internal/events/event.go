@@ -84,15 +84,22 @@ type Event struct {
 	TraceState  string
 }
 
-// New builds an event with a fresh UUID v7 id and data marshalled from v; a json.RawMessage is
+// New builds an event with a fresh UUID v7 id and data marshalled from v (by its own AppendJSON
+// when it has one); a json.RawMessage is
 // taken as it is (its caller encoded it, often for a row of its own as well).
 func New(typ, source, aggregate, aggregateID, topic string, now time.Time, v any) (Event, error) {
-	data, ok := v.(json.RawMessage)
-	if !ok {
-		var err error
-		if data, err = json.Marshal(v); err != nil {
-			return Event{}, fmt.Errorf("encoding %s event: %w", typ, err)
-		}
+	var data json.RawMessage
+	var err error
+	switch v := v.(type) {
+	case json.RawMessage:
+		data = v
+	case appender:
+		data, err = v.AppendJSON(make([]byte, 0, 512))
+	default:
+		data, err = json.Marshal(v)
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("encoding %s event: %w", typ, err)
 	}
 	return Event{
 		ID: uuid.Must(uuid.NewV7()), Type: typ, Source: source, Subject: aggregateID, Time: now.UTC(),

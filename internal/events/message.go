@@ -2,8 +2,6 @@ package events
 
 import (
 	"fmt"
-	"time"
-	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
@@ -75,9 +73,6 @@ func DecodeRaw(body []byte, data any) (Envelope, error) {
 // Encoding/json's pass over the data to check and compact it was most of the cost of an event
 // on the bus.
 func (env Envelope) AppendJSON(b []byte) ([]byte, error) {
-	if y := env.Time.Year(); y < 0 || y > 9999 {
-		return b, fmt.Errorf("encoding event %s: time %v is outside the years 0–9999 RFC 3339 allows", env.ID, env.Time)
-	}
 	b = append(b, `{"specversion":`...)
 	b = appendString(b, env.SpecVersion)
 	b = append(b, `,"id":`...)
@@ -86,9 +81,11 @@ func (env Envelope) AppendJSON(b []byte) ([]byte, error) {
 	b = appendString(b, env.Type)
 	b = append(b, `,"source":`...)
 	b = appendString(b, env.Source)
-	b = append(b, `,"time":"`...)
-	b = env.Time.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, '"')
+	b = append(b, `,"time":`...)
+	b, err := appendTime(b, env.Time)
+	if err != nil {
+		return b, fmt.Errorf("encoding event %s: %w", env.ID, err)
+	}
 	if env.Subject != "" {
 		b = append(b, `,"subject":`...)
 		b = appendString(b, env.Subject)
@@ -106,53 +103,4 @@ func (env Envelope) AppendJSON(b []byte) ([]byte, error) {
 		b = appendString(b, env.TraceParent)
 	}
 	return append(b, '}'), nil
-}
-
-// appendString appends s as a JSON string, escaped as encoding/json escapes it (HTML characters
-// and U+2028/U+2029 included; invalid UTF-8 becomes U+FFFD).
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
