@@ -16,7 +16,7 @@ func TestAppendersAreEncodingJSON(t *testing.T) {
 	awkward := "a\"b\\c\n\r\t\x00\x1f<>&\u2028\u2029é😀\xff\xfe end"
 	tr, fa := true, false
 	at := time.Date(2026, 11, 27, 20, 1, 2, 3, time.UTC)
-	zoned := time.Date(1, 1, 1, 0, 0, 0, 0, time.FixedZone("x", -(23*3600 + 59*60)))
+	zoned := time.Date(1, 1, 1, 0, 0, 0, 0, time.FixedZone("x", -(23*3600+59*60)))
 	values := []appender{
 		JobFired{},
 		JobResult{},
