@@ -38,13 +38,6 @@ type Watch struct {
 	Prefix bool
 }
 
-func (w Watch) matches(consumer string) bool {
-	if w.Prefix {
-		return strings.HasPrefix(consumer, w.Name)
-	}
-	return consumer == w.Name
-}
-
 // Config configures Register.
 type Config struct {
 	Watches []Watch
@@ -120,33 +113,42 @@ func (r *reader) read(ctx context.Context) map[string]int64 {
 func (r *reader) fetch(ctx context.Context) (map[string]int64, error) {
 	counts := map[string]int64{}
 	for _, w := range r.cfg.Watches {
-		s, err := r.js.Stream(ctx, w.Stream)
-		if err != nil {
-			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				continue // not created yet: nothing waits
+		if w.Prefix {
+			if err := eachConsumer(ctx, r.js, w.Stream, w.Name, func(info *jetstream.ConsumerInfo) {
+				counts[info.Name] = int64(info.NumPending)
+			}); err != nil {
+				return nil, err
 			}
-			return nil, fmt.Errorf("looking up stream %s: %w", w.Stream, err)
-		}
-		if !w.Prefix {
-			c, err := s.Consumer(ctx, w.Name)
-			if errors.Is(err, jetstream.ErrConsumerNotFound) {
-				continue
-			} else if err != nil {
-				return nil, fmt.Errorf("looking up consumer %s on %s: %w", w.Name, w.Stream, err)
-			}
-			counts[w.Name] = int64(c.CachedInfo().NumPending)
 			continue
 		}
-		// One paged request for all the stream's consumers, not one per consumer.
-		l := s.ListConsumers(ctx)
-		for info := range l.Info() {
-			if w.matches(info.Name) {
-				counts[info.Name] = int64(info.NumPending)
-			}
+		c, err := r.js.Consumer(ctx, w.Stream, w.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue // not created yet: nothing waits
+		} else if err != nil {
+			return nil, fmt.Errorf("looking up consumer %s on %s: %w", w.Name, w.Stream, err)
 		}
-		if err := l.Err(); err != nil {
-			return nil, fmt.Errorf("listing the consumers of %s: %w", w.Stream, err)
-		}
+		counts[w.Name] = int64(c.CachedInfo().NumPending)
 	}
 	return counts, nil
+}
+
+// eachConsumer calls fn with the info of each consumer of stream whose name starts with prefix,
+// from one paged request for all of them; none before the stream exists.
+func eachConsumer(ctx context.Context, js jetstream.JetStream, stream, prefix string, fn func(*jetstream.ConsumerInfo)) error {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("looking up stream %s: %w", stream, err)
+	}
+	l := s.ListConsumers(ctx)
+	for info := range l.Info() {
+		if strings.HasPrefix(info.Name, prefix) {
+			fn(info)
+		}
+	}
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("listing the consumers of %s: %w", stream, err)
+	}
+	return nil
 }

@@ -41,22 +41,11 @@ func workerConsumer(info *jetstream.ConsumerInfo) WorkerConsumer {
 // WorkerConsumers lists the workers' consumers of namespace ns, by job type: one paged request
 // for all of them. None before the FIRED stream exists.
 func WorkerConsumers(ctx context.Context, js jetstream.JetStream, ns string) ([]WorkerConsumer, error) {
-	s, err := js.Stream(ctx, events.StreamFired(ns))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("looking up stream %s: %w", events.StreamFired(ns), err)
-	}
 	var out []WorkerConsumer
-	l := s.ListConsumers(ctx)
-	for info := range l.Info() {
-		if strings.HasPrefix(info.Name, events.WorkerDurablePrefix) {
-			out = append(out, workerConsumer(info))
-		}
-	}
-	if err := l.Err(); err != nil {
-		return nil, fmt.Errorf("listing the consumers of %s: %w", events.StreamFired(ns), err)
+	if err := eachConsumer(ctx, js, events.StreamFired(ns), events.WorkerDurablePrefix, func(info *jetstream.ConsumerInfo) {
+		out = append(out, workerConsumer(info))
+	}); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b WorkerConsumer) int { return strings.Compare(a.JobType, b.JobType) })
 	return out, nil
