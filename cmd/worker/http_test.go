@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
@@ -71,15 +69,7 @@ func TestWorkerServesHealthAndMetrics(t *testing.T) {
 	}
 
 	// A noop job: its outcome on the bus means the run was counted.
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := testenv.JetStream(t, url)
 	sub, err := nc.SubscribeSync(events.Subjects(ns).Done("noop"))
 	if err != nil {
 		t.Fatal(err)

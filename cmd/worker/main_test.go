@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/cli"
 	"github.com/agatesched/agate/internal/devenv/testenv"
@@ -88,15 +86,8 @@ func TestSignalStopsTheWorker(t *testing.T) {
 // only looks them up, and waits until they exist.
 func ensureStreams(t *testing.T, url, ns string) {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := testenv.JetStream(t, url)
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := events.EnsureStreams(ctx, js, ns); err != nil {
@@ -153,15 +144,7 @@ func TestWorkerRunsAJob(t *testing.T) {
 		}, slog.New(slog.DiscardHandler))
 	}()
 
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := testenv.JetStream(t, url)
 	if err := events.EnsureStreams(ctx, js, ns); err != nil {
 		t.Fatal(err)
 	}

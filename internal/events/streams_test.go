@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
@@ -22,20 +21,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-func connect(t *testing.T, url string) jetstream.JetStream {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
 
 func streamNames(ns string) []string {
 	return []string{events.StreamCommands(ns), events.StreamFired(ns), events.StreamDone(ns), events.StreamEvents(ns)}
@@ -74,7 +59,7 @@ func newLogger() (*slog.Logger, *syncBuffer) {
 }
 
 func TestStreamsAreCreatedWithTheirSettings(t *testing.T) {
-	js := connect(t, testenv.NATS(t))
+	_, js := testenv.JetStream(t, testenv.NATS(t))
 	ns := testenv.Namespace(t)
 	set := events.StreamSettings{MaxAge: time.Hour, MaxBytes: 1 << 20, DuplicateWindow: 30 * time.Second}
 	if err := events.EnsureStreamsWith(t.Context(), js, ns, set, nil); err != nil {
@@ -106,7 +91,7 @@ func TestStreamsAreCreatedWithTheirSettings(t *testing.T) {
 // to this node's, with its messages, and every change is logged; a second start changes nothing.
 func TestExistingStreamsAreUpdated(t *testing.T) {
 	ctx := t.Context()
-	js := connect(t, testenv.NATS(t))
+	_, js := testenv.JetStream(t, testenv.NATS(t))
 	ns := testenv.Namespace(t)
 	if err := events.EnsureStreams(ctx, js, ns); err != nil {
 		t.Fatal(err)
@@ -166,7 +151,7 @@ func TestExistingStreamsAreUpdated(t *testing.T) {
 // the stream, the setting, both values and what to do, and the stream is left alone.
 func TestMemoryStreamIsReported(t *testing.T) {
 	ctx := t.Context()
-	js := connect(t, testenv.NATS(t))
+	_, js := testenv.JetStream(t, testenv.NATS(t))
 	ns := testenv.Namespace(t)
 	name := events.StreamFired(ns)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{events.Subjects(ns).All("fired")},
@@ -192,7 +177,7 @@ func TestMemoryStreamIsReported(t *testing.T) {
 // an update, is an error that says to lower --stream-replicas.
 func TestReplicasBeyondTheServersAreReported(t *testing.T) {
 	ctx := t.Context()
-	js := connect(t, testenv.StartNATS(t).URL()) // a server of its own: NATS_URL may name a cluster
+	_, js := testenv.JetStream(t, testenv.StartNATS(t).URL()) // a server of its own: NATS_URL may name a cluster
 	three := events.StreamSettings{Replicas: 3}
 	for _, existing := range []bool{false, true} {
 		ns := testenv.Namespace(t)
@@ -220,7 +205,7 @@ func TestReplicasBeyondTheServersAreReported(t *testing.T) {
 
 // Several nodes starting at once all succeed.
 func TestConcurrentStartsAgree(t *testing.T) {
-	js := connect(t, testenv.NATS(t))
+	_, js := testenv.JetStream(t, testenv.NATS(t))
 	ns := testenv.Namespace(t)
 	set := events.StreamSettings{MaxAge: 24 * time.Hour}
 	errs := make(chan error, 4)
@@ -261,7 +246,7 @@ func TestStreamSettingsValidate(t *testing.T) {
 // compose.yaml's schedulers had before) get three when the setting asks for them.
 func TestReplicasAreRaisedOnACluster(t *testing.T) {
 	ctx := t.Context()
-	js := connect(t, startCluster(t, 3))
+	_, js := testenv.JetStream(t, startCluster(t, 3))
 	ns := testenv.Namespace(t)
 	if err := events.EnsureStreams(ctx, js, ns); err != nil {
 		t.Fatal(err)
@@ -345,7 +330,7 @@ func startCluster(t *testing.T, n int) string {
 		urls = append(urls, s.ClientURL())
 	}
 	// JetStream answers once the servers have elected a meta leader.
-	js := connect(t, strings.Join(urls, ","))
+	_, js := testenv.JetStream(t, strings.Join(urls, ","))
 	// Nothing signals the election; a request made too early may go unanswered.
 	waitFor(t, 30*time.Second, "answer from the cluster's JetStream", func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)

@@ -53,15 +53,7 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	e := newEnv(t)
 	srv := testenv.StartNATS(t)
 	e.natsURL = srv.URL() // nodes and workers of this test use the private server
-	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := testenv.JetStream(t, srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err := events.EnsureStreams(t.Context(), js, e.ns); err != nil {
 		t.Fatal(err)
 	}

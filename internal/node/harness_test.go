@@ -120,14 +120,7 @@ func (e *env) startNode(id string, mod func(*node.Config)) (stop func()) {
 // connection at once, as a crashed process would, and then stops it.
 func (e *env) startWorker(id string, mod func(*worker.Config), extra map[string]worker.HandlerFunc) (kill func()) {
 	e.t.Helper()
-	nc, err := nats.Connect(e.natsURL)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	nc, js := testenv.JetStream(e.t, e.natsURL)
 	reg := worker.NewRegistry()
 	worker.RegisterBuiltins(reg, worker.BuiltinOptions{})
 	for typ, h := range extra {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
@@ -35,15 +34,7 @@ func setup(t *testing.T) (*pgxpool.Pool, jetstream.JetStream, string) {
 	if err := (store.Locks{Namespace: ns}).Ensure(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(testenv.NATS(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := testenv.JetStream(t, testenv.NATS(t))
 	if err := events.EnsureStreams(ctx, js, ns); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
@@ -34,15 +33,7 @@ func (c *clock) add(d time.Duration) {
 func startJetStream(t *testing.T) (js jetstream.JetStream, stop func()) {
 	t.Helper()
 	srv := testenv.StartNATS(t)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err = jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js = testenv.JetStream(t, srv.URL())
 	return js, srv.Shutdown
 }
 

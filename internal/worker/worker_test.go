@@ -48,16 +48,7 @@ func newEnv(t testing.TB) *env {
 
 func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatalf("connect to NATS: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	return testenv.JetStream(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 }
 
 // testConfig is a worker configuration with short timings, so redeliveries happen within a test.

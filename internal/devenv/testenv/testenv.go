@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/agatesched/agate/internal/devenv/localpg"
@@ -374,6 +375,22 @@ func startSharedNATS() {
 	shared.nats, shared.natsURL, shared.natsDir = s, s.URL(), dir
 	// As for PostgreSQL: if we die before Main's cleanup, remove the store.
 	startWatchdog(`rm -rf "$1"`, dir)
+}
+
+// JetStream connects to the NATS server at url (with opts) for the rest of the test and returns
+// the connection and its JetStream context. Closing the connection earlier is allowed.
+func JetStream(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("testenv: connect to NATS at %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("testenv: JetStream context: %v", err)
+	}
+	return nc, js
 }
 
 // Namespace returns a name unique to this call, made of the test's name and

@@ -107,15 +107,7 @@ func TestNATSSharedJetStream(t *testing.T) {
 	if again := testenv.NATS(t); again != url {
 		t.Errorf("NATS() returned %s then %s; want one shared server", url, again)
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := testenv.JetStream(t, url)
 	ns := testenv.Namespace(t)
 	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
 		Name: ns, Subjects: []string{ns + ".>"},
