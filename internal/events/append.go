@@ -184,7 +184,7 @@ func appendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
 	if !json.Valid(raw) {
 		return b, errors.New("not valid JSON")
 	}
-	if bytes.IndexAny(raw, " \t\r\n<>&\u2028\u2029") < 0 {
+	if !bytes.ContainsAny(raw, " \t\r\n<>&\u2028\u2029") {
 		return append(b, raw...), nil
 	}
 	var buf bytes.Buffer
