@@ -65,13 +65,13 @@ func publish(t *testing.T, js jetstream.JetStream, subject string, n int) {
 
 // settled waits until JetStream reports n messages pending for consumer: the server updates a
 // consumer's count after it acknowledged the publish, so a reading right away may see fewer.
-func settled(t *testing.T, js jetstream.JetStream, consumer string, n uint64) {
+func settled(t *testing.T, js jetstream.JetStream, stream, consumer string, n uint64) {
 	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(10 * time.Second)
 	for {
-		c, err := js.Consumer(context.Background(), "S", consumer)
+		c, err := js.Consumer(context.Background(), stream, consumer)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,8 +99,8 @@ func TestPendingByConsumer(t *testing.T) {
 	publish(t, js, "s.done", 2)
 	publish(t, js, "s.worker-a", 3)
 	publish(t, js, "s.other", 4)
-	settled(t, js, "done", 2)
-	settled(t, js, "worker-a", 3)
+	settled(t, js, "S", "done", 2)
+	settled(t, js, "S", "worker-a", 3)
 
 	r := metrictest.New(t)
 	unregister, err := Register(r.Provider, js, Config{Watches: []Watch{
@@ -132,7 +132,7 @@ func TestPendingByConsumer(t *testing.T) {
 func TestPendingCached(t *testing.T) {
 	js, stopNATS := setup(t, "done")
 	publish(t, js, "s.done", 1)
-	settled(t, js, "done", 1)
+	settled(t, js, "S", "done", 1)
 	clk := &clock{now: time.Unix(1_700_000_000, 0)}
 	r := metrictest.New(t)
 	unregister, err := Register(r.Provider, js, Config{Watches: []Watch{{Stream: "S", Name: "done"}},
@@ -145,7 +145,7 @@ func TestPendingCached(t *testing.T) {
 		t.Fatalf("pending %v; want 1", got)
 	}
 	publish(t, js, "s.done", 2)
-	settled(t, js, "done", 3)
+	settled(t, js, "S", "done", 3)
 	clk.add(4 * time.Second)
 	if got, _ := read(t, r, "done"); got != 1 {
 		t.Errorf("within the TTL: pending %v; want the cached 1", got)
@@ -186,6 +186,8 @@ func TestWaitingCountsFiresNotDelivered(t *testing.T) {
 	}
 	publish(t, js, subjects.Fired("a"), 2)
 	publish(t, js, subjects.Fired("b"), 1)
+	settled(t, js, events.StreamFired(ns), events.WorkerDurable("a"), 2)
+	settled(t, js, events.StreamFired(ns), events.WorkerDurable("b"), 1)
 	at = at.Add(WaitingTTL) // the reading is as old as the TTL: read again
 	if !w.AtLeast(ctx, 3) || w.AtLeast(ctx, 4) {
 		t.Errorf("3 fires wait: AtLeast(3) = %v, AtLeast(4) = %v", w.AtLeast(ctx, 3), w.AtLeast(ctx, 4))
