@@ -85,8 +85,8 @@ type Event struct {
 }
 
 // New builds an event with a fresh UUID v7 id and data marshalled from v (by its own AppendJSON
-// when it has one); a json.RawMessage is
-// taken as it is (its caller encoded it, often for a row of its own as well).
+// when it has one); a json.RawMessage is taken as it is (its caller encoded it, often for a row
+// of its own as well).
 func New(typ, source, aggregate, aggregateID, topic string, now time.Time, v any) (Event, error) {
 	var data json.RawMessage
 	var err error

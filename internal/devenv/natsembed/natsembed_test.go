@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/devenv/natsembed"
+	"github.com/agatesched/agate/internal/devenv/testenv"
 )
 
 func start(t *testing.T, cfg natsembed.Config) *natsembed.Server {
@@ -26,27 +27,13 @@ func start(t *testing.T, cfg natsembed.Config) *natsembed.Server {
 	return s
 }
 
-func connect(t *testing.T, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", url, err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
-}
-
 func TestPublishToStream(t *testing.T) {
 	t.Parallel()
 	s := start(t, natsembed.Config{StoreDir: t.TempDir(), Logger: testLogger(t)})
 	if !strings.HasPrefix(s.URL(), "nats://127.0.0.1:") {
 		t.Errorf("URL() = %q, want nats://127.0.0.1:<port>", s.URL())
 	}
-	_, js := connect(t, s.URL())
+	_, js := testenv.JetStream(t, s.URL())
 	ctx := t.Context()
 
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}})
@@ -71,7 +58,7 @@ func TestRestartKeepsStreamAndPort(t *testing.T) {
 	url := s.URL()
 
 	reconnected := make(chan struct{}, 1)
-	_, js := connect(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond),
+	_, js := testenv.JetStream(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			select {
 			case reconnected <- struct{}{}:
@@ -148,7 +135,7 @@ func TestTemporaryStoreRemovedOnShutdown(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	dir := s.StoreDir()
-	_, js := connect(t, s.URL())
+	_, js := testenv.JetStream(t, s.URL())
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t"}}); err != nil {
