@@ -75,7 +75,12 @@ type Result struct {
 	// AppliedAfterT0Sec: when the schedulers had applied every completion (their consumer of the
 	// DONE stream had nothing pending or unacked); the CPU figures run to it.
 	AppliedAfterT0Sec float64 `json:"appliedAfterT0Sec,omitempty"`
-	TimedOut          bool    `json:"timedOut"`
+	// Bursts: how many completions the schedulers applied before the last fire was made, and
+	// when they applied the first (observer.applied): completions applied while fires are still
+	// being made take the cores and partition locks those fires need.
+	AppliedBeforeLastFire  int     `json:"appliedBeforeLastFire,omitempty"`
+	FirstAppliedAfterT0Sec float64 `json:"firstAppliedAfterT0Sec,omitempty"`
+	TimedOut               bool    `json:"timedOut"`
 	// Windows: start lateness per window of scheduled time (a third of the run), to see a
 	// growing backlog.
 	Windows   []Window `json:"windows,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/events"
@@ -393,4 +394,36 @@ func (o *observer) writeFires(path string, t0 time.Time) error {
 		return fmt.Errorf("writing the fires: %w", err)
 	}
 	return nil
+}
+
+// applied reads when the schedulers applied the completions of one-shot triggers: the time of
+// every TriggerCompleted on the EVENTS stream (the completion step logs one as it deletes a
+// finished one-shot, in the transaction that applies the completion). It says whether the
+// completions competed with the fires for the machine: a burst's schedulers hold them back
+// while fires are behind (complete.Config.Backlogged). It reads what the stream holds now.
+func (o *observer) applied(ctx context.Context) ([]time.Time, error) {
+	st := events.StreamEvents(o.ns)
+	cons, err := o.js.OrderedConsumer(ctx, st, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.Subjects(o.ns).Evt("trigger")}})
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %s: %w", st, err)
+	}
+	var at []time.Time
+	for {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			return nil, fmt.Errorf("reading stream %s: %w", st, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var env events.Envelope
+			if err := jsonv2.Unmarshal(m.Data(), &env); err == nil && env.Type == events.TypeTriggerCompleted {
+				at = append(at, env.Time)
+			}
+		}
+		if n == 0 {
+			return at, nil // the end of what the stream holds (or of what came within the wait)
+		}
+	}
 }
