@@ -297,7 +297,6 @@ func (w *Worker) publish(ctx context.Context, typ, key string, now time.Time, re
 	}
 }
 
-// backoff is the delay before attempt+1: RetryDelay doubled per attempt up to MaxRetryDelay.
 // store publishes msg and waits until JetStream stored it. The publish is asynchronous, so the
 // acknowledgement is read on the NATS client's one reply goroutine instead of the job's: reading
 // it grew every job goroutine's stack (runtime.copystack, a tenth of a worker's CPU in a steady
@@ -317,6 +316,7 @@ func (w *Worker) store(ctx context.Context, msg *nats.Msg) error {
 	}
 }
 
+// backoff is the delay before attempt+1: RetryDelay doubled per attempt up to MaxRetryDelay.
 func (w *Worker) backoff(attempt int) time.Duration {
 	return retry.Delay(attempt, w.cfg.RetryDelay, w.cfg.MaxRetryDelay)
 }
