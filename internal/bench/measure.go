@@ -76,7 +76,7 @@ type Result struct {
 	// DONE stream had nothing pending or unacked); the CPU figures run to it.
 	AppliedAfterT0Sec float64 `json:"appliedAfterT0Sec,omitempty"`
 	// Bursts: how many completions the schedulers applied before the last fire was made, and
-	// when they applied the first (observer.applied): completions applied while fires are still
+	// when they applied the first (observer.readApplied): completions applied while fires are still
 	// being made take the cores and partition locks those fires need.
 	AppliedBeforeLastFire  int     `json:"appliedBeforeLastFire,omitempty"`
 	FirstAppliedAfterT0Sec float64 `json:"firstAppliedAfterT0Sec,omitempty"`

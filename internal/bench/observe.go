@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/events"
@@ -40,6 +39,7 @@ type observer struct {
 	allAt     time.Time            // when the last expected key's first completion was stored
 	seq       map[string]uint64    // stream → last sequence read
 	bad       int                  // messages that did not decode
+	appliedAt []time.Time          // when each TriggerCompleted was logged (readApplied)
 }
 
 type fireObs struct {
@@ -303,6 +303,14 @@ func (o *observer) result(s spec, t0 time.Time) Result {
 	if r.Fired == 0 {
 		return r
 	}
+	for _, at := range o.appliedAt {
+		if at.Before(lastFired) {
+			r.AppliedBeforeLastFire++
+		}
+	}
+	if len(o.appliedAt) > 0 {
+		r.FirstAppliedAfterT0Sec = slices.MinFunc(o.appliedAt, time.Time.Compare).Sub(t0).Seconds()
+	}
 	r.FirstFiredAfterT0Sec = firstFired.Sub(t0).Seconds()
 	r.LastFiredAfterT0Sec = lastFired.Sub(t0).Seconds()
 	if s.burst {
@@ -396,34 +404,48 @@ func (o *observer) writeFires(path string, t0 time.Time) error {
 	return nil
 }
 
-// applied reads when the schedulers applied the completions of one-shot triggers: the time of
-// every TriggerCompleted on the EVENTS stream (the completion step logs one as it deletes a
-// finished one-shot, in the transaction that applies the completion). It says whether the
-// completions competed with the fires for the machine: a burst's schedulers hold them back
-// while fires are behind (complete.Config.Backlogged). It reads what the stream holds now.
-func (o *observer) applied(ctx context.Context) ([]time.Time, error) {
-	st := events.StreamEvents(o.ns)
-	cons, err := o.js.OrderedConsumer(ctx, st, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.Subjects(o.ns).Evt("trigger")}})
+// readApplied reads when the schedulers applied the completions of one-shot triggers: the
+// time of every TriggerCompleted on the EVENTS stream (the completion step logs one as it
+// deletes a finished one-shot, in the transaction that applies the completion), as many
+// messages of the trigger subject as the stream holds now. result counts those before the last
+// fire: completions applied while fires are still being made compete with them for the
+// machine (a burst's schedulers hold them back while fires are behind:
+// complete.Config.Backlogged).
+func (o *observer) readApplied(ctx context.Context) error {
+	st, subject := events.StreamEvents(o.ns), events.Subjects(o.ns).Evt("trigger")
+	s, err := o.js.Stream(ctx, st)
 	if err != nil {
-		return nil, fmt.Errorf("reading stream %s: %w", st, err)
+		return fmt.Errorf("looking up stream %s: %w", st, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", st, err)
+	}
+	want := info.State.Subjects[subject]
+	cons, err := o.js.OrderedConsumer(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", st, err)
 	}
 	var at []time.Time
-	for {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
+	for read := uint64(0); read < want; {
+		batch, err := cons.Fetch(int(min(want-read, 1000)), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
-			return nil, fmt.Errorf("reading stream %s: %w", st, err)
+			return fmt.Errorf("reading stream %s: %w", st, err)
 		}
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			var env events.Envelope
-			if err := jsonv2.Unmarshal(m.Data(), &env); err == nil && env.Type == events.TypeTriggerCompleted {
+			if env, err := events.Decode(m.Data(), new(struct{})); err == nil && env.Type == events.TypeTriggerCompleted {
 				at = append(at, env.Time)
 			}
 		}
-		if n == 0 {
-			return at, nil // the end of what the stream holds (or of what came within the wait)
+		if err := batch.Error(); err != nil && n == 0 {
+			return fmt.Errorf("reading stream %s at %d of %d %s messages: %w", st, read, want, subject, err)
 		}
+		read += uint64(n)
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.appliedAt = at
+	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -278,6 +277,11 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 		return Result{}, err
 	}
 
+	if s.burst {
+		if err := obs.readApplied(ctx); err != nil {
+			return Result{}, err
+		}
+	}
 	r := obs.result(s, t0)
 	r.Workers, r.Concurrency, r.TriggersPerCommand = b.o.Workers, b.o.Concurrency, perCmd
 	r.LeadSec = lead.Seconds()
@@ -292,21 +296,6 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	}
 	if !appliedAt.IsZero() {
 		r.AppliedAfterT0Sec = appliedAt.Sub(t0).Seconds()
-	}
-	if s.burst && r.Fired > 0 {
-		at, err := obs.applied(ctx)
-		if err != nil {
-			return Result{}, err
-		}
-		lastFired := t0.Add(time.Duration(r.LastFiredAfterT0Sec * float64(time.Second)))
-		for _, t := range at {
-			if t.Before(lastFired) {
-				r.AppliedBeforeLastFire++
-			}
-		}
-		if len(at) > 0 {
-			r.FirstAppliedAfterT0Sec = slices.MinFunc(at, time.Time.Compare).Sub(t0).Seconds()
-		}
 	}
 	if r.Fired > 0 {
 		r.CommitsPerFire = float64(dbAfter.commits-dbBefore.commits) / float64(r.Fired)
