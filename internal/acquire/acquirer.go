@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -427,7 +428,7 @@ func (a *Acquirer) runPartitions(ctx context.Context, ps []int, wait bool) (Resu
 		var due []store.Claim
 		for _, c := range claims {
 			if c.SchedTime.After(now) {
-				c.Ahead, c.Read = true, nil // fired in a transaction of its own, which reads it then
+				c.Ahead = true // fired in a transaction of its own, which reads it again then
 				later = append(later, c)
 			} else {
 				due = append(due, c)
@@ -517,10 +518,11 @@ func (a *Acquirer) markAcquired(ctx context.Context, tx pgx.Tx, claims []store.C
 		return nil, nil
 	}
 	g, n, nft := make([]string, len(claims)), make([]string, len(claims)), make([]time.Time, len(claims))
+	tids, expect := make([]pgtype.TID, len(claims)), make([]string, len(claims))
 	for i, c := range claims {
-		g[i], n[i], nft[i] = c.TriggerGroup, c.TriggerName, c.SchedTime
+		g[i], n[i], nft[i], tids[i], expect[i] = c.TriggerGroup, c.TriggerName, c.SchedTime, c.Read.TID, store.StateWaiting
 	}
-	rows, err := tx.Query(ctx, queries.Get("MarkAcquired"), a.cfg.Namespace, g, n, nft)
+	rows, err := tx.Query(ctx, queries.Get("MarkAcquired"), tids, g, n, nft, expect)
 	if err != nil {
 		return nil, fmt.Errorf("marking triggers acquired: %w", err)
 	}
@@ -533,6 +535,9 @@ func (a *Acquirer) markAcquired(ctx context.Context, tx pgx.Tx, claims []store.C
 		ok[k] = true
 	}
 	kept := slices.DeleteFunc(claims, func(c store.Claim) bool { return !ok[c.Trigger()] })
+	for i := range kept {
+		kept[i].Read = nil // the row has moved, and the fire reads it again in its own transaction
+	}
 	if err := store.InsertFired(ctx, tx, a.cfg.Namespace, a.cfg.InstanceID, store.FiredAcquired, now, kept); err != nil {
 		return nil, err
 	}

@@ -11,8 +11,8 @@
 select t.trigger_group, t.trigger_name, t.job_group, t.job_name, t.next_fire_time, t.priority,
        j.nonconcurrent, j.requests_recovery, t.partition % $5,
        t.state, t.next_fire_time, t.prev_fire_time, t.times_triggered, t.schedule, coalesce(t.calendar_name, ''),
-       t.data, coalesce(t.trace_context, ''), j.job_type, j.data, j.timeout_ms, j.persist_data
-from (select * from triggers t
+       t.data, coalesce(t.trace_context, ''), j.job_type, j.data, j.timeout_ms, j.persist_data, t.ctid
+from (select ctid, * from triggers t
       where t.sched_name = $1
         and t.state = 'WAITING'
         and t.next_fire_time <= $2
@@ -25,25 +25,26 @@ cross join lateral (select * from job_details j
                     limit 1) j
 order by t.next_fire_time, t.priority desc;
 
+-- name: MarkAcquired
+-- By the ctid SelectDue read each trigger at in this transaction (see internal/fire's
+-- UpdateTriggers), guarded by the state ($5, WAITING for each) and next fire time it was read
+-- with. The state comes with each row, not as a constant: state = 'WAITING' would let the planner
+-- read the namespace through the partial index triggers_acquire instead.
+with u as (
+    select * from unnest($1::tid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) as u(tid, g, n, nft, expect)
+)
+update triggers t set state = 'ACQUIRED'
+from u
+where t.ctid = any(array(select tid from u)) and t.ctid = u.tid
+  and t.trigger_group = u.g and t.trigger_name = u.n
+  and t.state = u.expect and t.next_fire_time = u.nft
+returning t.trigger_group, t.trigger_name;
+
 -- name: IndexOrder
 -- For SelectDue (see there): its only cheap plan is then triggers_acquire's order. Until the
 -- end of the transaction, whose other statements probe keys or insert.
 select set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_sort', 'off', true);
-
--- name: MarkAcquired
--- Key by key through the primary key, whatever the statistics (see internal/fire's LoadForFire).
-with c as (
-    select k.tid, u.nft
-    from unnest($2::text[], $3::text[], $4::timestamptz[]) as u(g, n, nft)
-    cross join lateral (select ctid as tid from triggers x
-                        where x.sched_name = $1 and x.trigger_group = u.g and x.trigger_name = u.n limit 1) k
-)
-update triggers t set state = 'ACQUIRED'
-from c
-where t.ctid = any(array(select tid from c)) and t.ctid = c.tid
-  and t.state = 'WAITING' and t.next_fire_time = c.nft
-returning t.trigger_group, t.trigger_name;
 
 -- name: NextWaiting
 -- The first entry of triggers_acquire, NULL when none. Not min(next_fire_time): on a table not

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -327,10 +328,11 @@ func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing, n
 	k := len(fires)
 	g, n, state, expect := make([]string, k), make([]string, k), make([]string, k), make([]string, k)
 	next, prev, old := make([]*time.Time, k), make([]*time.Time, k), make([]time.Time, k)
-	times := make([]int32, k)
+	times, tids := make([]int32, k), make([]pgtype.TID, k)
 	var atOnce []store.Claim
 	for i, fi := range fires {
 		g[i], n[i], state[i], expect[i] = fi.claim.TriggerGroup, fi.claim.TriggerName, fi.state, store.StateWaiting
+		tids[i] = fi.row.TID
 		if fi.claim.Ahead {
 			expect[i] = store.StateAcquired
 		} else {
@@ -340,7 +342,7 @@ func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing, n
 		times[i], old[i] = int32(fi.trig.TimesTriggered), fi.claim.SchedTime
 	}
 	b := &pgx.Batch{}
-	b.Queue(queries.Get("UpdateTriggers"), f.cfg.Namespace, g, n, state, next, prev, times, old, expect)
+	b.Queue(queries.Get("UpdateTriggers"), tids, g, n, state, next, prev, times, old, expect)
 	insert := store.QueueInsertFired(b, f.cfg.Namespace, f.cfg.InstanceID, store.FiredExecuting, now, atOnce)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()

@@ -4,30 +4,32 @@
 -- 33 triggers") hash the whole namespace instead (docs/performance.md, "Plans").
 select t.trigger_group, t.trigger_name, t.state, t.next_fire_time, t.prev_fire_time, t.times_triggered,
        t.schedule, coalesce(t.calendar_name, ''), t.data, coalesce(t.trace_context, ''),
-       j.job_type, j.data, j.timeout_ms, j.persist_data
+       j.job_type, j.data, j.timeout_ms, j.persist_data, t.ctid
 from unnest($2::text[], $3::text[]) as c(g, n)
-cross join lateral (select * from triggers t
+cross join lateral (select ctid, * from triggers t
                     where t.sched_name = $1 and t.trigger_group = c.g and t.trigger_name = c.n limit 1) t
 cross join lateral (select * from job_details j
                     where j.sched_name = $1 and j.job_group = t.job_group and j.job_name = t.job_name limit 1) j;
 
 -- name: UpdateTriggers
 -- Guarded by the state and next fire time the claim was made on (funnyzpc/quartz's CAS). Each
--- key finds its row's ctid by primary key (LATERAL … LIMIT 1, see LoadForFire), and the update
--- reads exactly those ctids (a TID scan), so no statistics can turn the key list into a scan of
--- the namespace.
-with c as (
-    select k.tid, u.*
-    from unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[], $8::timestamptz[], $9::text[])
-        as u(g, n, state, next, prev, times, old_next, old_state)
-    cross join lateral (select ctid as tid from triggers x
-                        where x.sched_name = $1 and x.trigger_group = u.g and x.trigger_name = u.n limit 1) k
+-- row is reached by the ctid this transaction read it at (SelectDue or LoadForFire, under the
+-- partition's lock), not by a second probe of the primary key: a TID scan, which the list behind
+-- an InitPlan keeps (given the array itself, the planner prices 500 TIDs above reading the
+-- namespace). No condition another index could serve: with sched_name = $1 the planner read the
+-- namespace through the primary key instead. A row another transaction changed meanwhile has
+-- moved: its update does not match, and the claim is dropped as when the guard fails.
+with u as (
+    select * from unnest($1::tid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[],
+                         $8::timestamptz[], $9::text[])
+        as u(tid, g, n, state, next, prev, times, old_next, old_state)
 )
 update triggers t
-set state = c.state, next_fire_time = c.next, prev_fire_time = c.prev, times_triggered = c.times
-from c
-where t.ctid = any(array(select tid from c)) and t.ctid = c.tid
-  and t.state = c.old_state and t.next_fire_time = c.old_next
+set state = u.state, next_fire_time = u.next, prev_fire_time = u.prev, times_triggered = u.times
+from u
+where t.ctid = any(array(select tid from u)) and t.ctid = u.tid
+  and t.trigger_group = u.g and t.trigger_name = u.n
+  and t.state = u.old_state and t.next_fire_time = u.old_next
 returning t.trigger_group, t.trigger_name;
 
 -- name: BlockOthers

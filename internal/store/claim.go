@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/agatesched/agate/internal/events"
 )
@@ -72,12 +73,16 @@ type FireRow struct {
 	JobData      []byte
 	TimeoutMilli *int64
 	PersistData  bool
+	// TID is where the trigger's row was read, in the transaction that fires or claims it (which
+	// holds its partition's lock): the update goes straight there instead of probing the
+	// primary key again.
+	TID pgtype.TID
 }
 
 // Fields are the scan destinations of r's columns, in the order the queries select them.
 func (r *FireRow) Fields() []any {
 	return []any{&r.State, &r.Next, &r.Prev, &r.Times, &r.Schedule, &r.Calendar, &r.TriggerData, &r.TraceParent,
-		&r.JobType, &r.JobData, &r.TimeoutMilli, &r.PersistData}
+		&r.JobType, &r.JobData, &r.TimeoutMilli, &r.PersistData, &r.TID}
 }
 
 // Trigger is the key of the claim's trigger.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
@@ -57,6 +58,10 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		groups[i], names[i], jobs[i], texts[i], times[i] = "g", "t"+strconv.Itoa(i+1), "j"+strconv.Itoa(i+1), "WAITING", "2026-01-01T00:00:00Z"
 	}
 	ints := make([]int32, k)
+	tids := make([]pgtype.TID, k) // where a fire transaction read its triggers
+	for i := range tids {
+		tids[i] = pgtype.TID{BlockNumber: uint32(i / 100), OffsetNumber: uint16(i%100 + 1), Valid: true}
+	}
 	ids := make([]uuid.UUID, k)
 	for i := range ids {
 		ids[i] = uuid.New()
@@ -75,10 +80,10 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		args []any
 	}{
 		{"fire LoadForFire", fire.Get("LoadForFire"), []any{ns, groups, names}},
-		{"fire UpdateTriggers", fire.Get("UpdateTriggers"), []any{ns, groups, names, texts, times, times, ints, times, texts}},
+		{"fire UpdateTriggers", fire.Get("UpdateTriggers"), []any{tids, groups, names, texts, times, times, ints, times, texts}},
 		{"fire BlockOthers", fire.Get("BlockOthers"), []any{ns, groups, jobs}},
 		{"acquire NextWaiting", acquire.Get("NextWaiting"), []any{ns}},
-		{"acquire MarkAcquired", acquire.Get("MarkAcquired"), []any{ns, groups, names, times}},
+		{"acquire MarkAcquired", acquire.Get("MarkAcquired"), []any{tids, groups, names, times, texts}},
 		{"store EndRepeatingFired", own.Get("EndRepeatingFired"), []any{ids}},
 		{"store ReleaseBlocked", own.Get("ReleaseBlocked"), []any{ns, groups, jobs}},
 		{"store DeleteCompleteTriggers", own.Get("DeleteCompleteTriggers"), []any{ns, groups, names, texts}},
