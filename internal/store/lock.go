@@ -250,10 +250,11 @@ func (l Locks) TryPartitionAsMember(ctx context.Context, tx pgx.Tx, p int, insta
 	return len(taken) == 1, err
 }
 
-// TryPartitionsAsMember takes those of lock partitions ps that no other transaction holds, in
-// ascending order, then checks the membership (CheckMember with instanceID and m), in one round
-// trip, and returns the partitions it took. The membership is checked only when it took one. In
-// global mode it waits for the single lock, as Quartz's acquirers do.
+// TryPartitionsAsMember takes those of lock partitions ps that no other transaction holds (in
+// one statement: it waits for none, so their order cannot deadlock), then checks the membership
+// (CheckMember with instanceID and m), in one round trip, and returns the partitions it took, in
+// ascending order. The membership is checked only when it took one. In global mode it waits for
+// the single lock, as Quartz's acquirers do.
 func (l Locks) TryPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member) ([]int, error) {
 	ps = slices.Compact(slices.Sorted(slices.Values(ps)))
 	if l.Count() == 1 {
@@ -262,28 +263,33 @@ func (l Locks) TryPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, i
 		}
 		return ps, nil
 	}
-	b := &pgx.Batch{}
-	for _, p := range ps {
-		b.Queue(queries.Get("TryLock"), l.Namespace, l.name(p))
+	names := make([]string, len(ps))
+	byName := make(map[string]int, len(ps))
+	for i, p := range ps {
+		names[i] = l.name(p)
+		byName[names[i]] = p
 	}
+	b := &pgx.Batch{}
+	b.Queue(queries.Get("TryLocks"), l.Namespace, names)
 	checkMember, err := queueMember(b, l.Namespace, instanceID, m)
 	if err != nil {
 		return nil, err
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
-	var taken []int
-	for _, p := range ps {
-		var one int
-		err := br.QueryRow().Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("taking lock %s: %w", l.name(p), err)
-		}
-		taken = append(taken, p)
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("taking lock partitions %v: %w", ps, err)
 	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("taking lock partitions %v: %w", ps, err)
+	}
+	taken := make([]int, 0, len(got))
+	for _, name := range got {
+		taken = append(taken, byName[name])
+	}
+	slices.Sort(taken)
 	if len(taken) > 0 {
 		if err := checkMember(br); err != nil {
 			return nil, err

@@ -13,8 +13,11 @@ select 1 from locks where sched_name = $1 and lock_name = $2 for share;
 -- name: AnyGroupPaused
 select exists (select 1 from paused_trigger_grps where sched_name = $1);
 
--- name: TryLock
-select 1 from locks where sched_name = $1 and lock_name = $2 for update skip locked;
+-- name: TryLocks
+-- The lock rows named in $2 that no other transaction holds, in one statement: SKIP LOCKED never
+-- waits, so the order they are taken in cannot deadlock (the statements that wait take theirs in
+-- ascending order, one at a time).
+select lock_name from locks where sched_name = $1 and lock_name = any($2::text[]) for update skip locked;
 
 -- name: EnsureOutboxCursor
 insert into outbox_cursor (sched_name) values ($1) on conflict do nothing;
