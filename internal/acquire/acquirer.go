@@ -232,8 +232,9 @@ const (
 // triggers for each directWait of the window (400 a second with the default 200 ms) whatever the
 // number of partitions. A light flow's claims made ahead are fired by the queue a few at a time,
 // each transaction costing what it costs whatever it fires: at 1,000 fires/s on 2 nodes, fired
-// when due by passes every directWait, PostgreSQL used 17.3 CPU s in 30 s against 22.4, the
-// machine 1,337 µs a fire against 1,591, fire lateness p99 10.6 ms against 13.7. At 100 a
+// when due by passes every directWait, PostgreSQL used 17.5–19.4 CPU s in 30 s against
+// 23.5–24.2, the machine 1,350–1,476 µs a fire against 1,681–1,724, fire lateness p99 11–14 ms
+// against 34–78 (docs/performance.md). At 100 a
 // second (half a trigger each directWait) the passes of both nodes, waking for each trigger,
 // cost more than they save (PostgreSQL 10.3 CPU s against 7.9).
 func heavyLimit(n int, ahead time.Duration, batch int) int {
