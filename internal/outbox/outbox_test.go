@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
@@ -388,5 +390,68 @@ func TestOnCommitRunsOnlyWhatCommitted(t *testing.T) {
 	}
 	if got := fmt.Sprint(ran); got != "[first kept last]" {
 		t.Fatalf("ran %s, want [first kept last]", got)
+	}
+}
+
+// The log's appends take their seqs a block at a time (migration 013): the statements' block
+// size must be the sequence's increment, or two statements would share seqs. One append of more
+// than a block, from the bus and not, numbers every event apart and in its order.
+func TestAppendTakesSeqsABlockAtATime(t *testing.T) {
+	pool, _, ns := setup(t)
+	ctx := t.Context()
+	var increment int64
+	if err := pool.QueryRow(ctx, `select increment_by from pg_sequences where sequencename = 'events_seq_seq'`).Scan(&increment); err != nil {
+		t.Fatal(err)
+	}
+	if increment != seqBlock {
+		t.Fatalf("events_seq_seq increments by %d, the appends take blocks of %d", increment, seqBlock)
+	}
+	for _, name := range []string{"Append", "AppendFromBus"} {
+		if q := queries.Get(name); !strings.Contains(q, fmt.Sprintf("/ %d", seqBlock)) || !strings.Contains(q, fmt.Sprintf("%% %d", seqBlock)) {
+			t.Fatalf("%s does not number its rows in blocks of %d:\n%s", name, seqBlock, q)
+		}
+	}
+	for _, fromBus := range []bool{false, true} {
+		n := seqBlock + 100
+		evs := make([]events.Event, n)
+		mayRepeat := map[uuid.UUID]bool{}
+		for i := range evs {
+			topic := events.Subjects(ns).Evt("trigger")
+			if fromBus {
+				topic = ""
+			}
+			ev, err := events.New(events.TypeTriggerScheduled, events.Source(ns, "test"), events.AggregateTrigger,
+				fmt.Sprintf("bus-%t.%05d", fromBus, i), topic, time.Now(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs[i] = ev
+			if fromBus && i%2 == 0 {
+				mayRepeat[ev.ID] = true
+			}
+		}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := appendEvents(ctx, tx, ns, evs, mayRepeat)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := pool.Query(ctx, `select seq from events where sched_name = $1 and aggregate_id like $2 order by aggregate_id`,
+			ns, fmt.Sprintf("bus-%t.%%", fromBus))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seqs) != n {
+			t.Fatalf("from the bus %t: the log holds %d of the %d events appended", fromBus, len(seqs), n)
+		}
+		for i := 1; i < n; i++ {
+			if seqs[i] <= seqs[i-1] {
+				t.Fatalf("from the bus %t: event %d has seq %d after event %d's %d: not in the append's order", fromBus, i, seqs[i], i-1, seqs[i-1])
+			}
+		}
 	}
 }
