@@ -31,10 +31,6 @@ var queriesSQL string
 
 var queries = store.ParseQueries(queriesSQL)
 
-// seqBlock is how many seqs one nextval of events_seq_seq reserves (its increment, migration
-// 013): Append and AppendFromBus number a statement's events from a block's base.
-const seqBlock = 4096
-
 // Config configures an Outbox.
 type Config struct {
 	Namespace string

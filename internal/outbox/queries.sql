@@ -3,14 +3,11 @@
 -- transaction's xid, which the node vouches for once JetStream stored the events. The events a
 -- node creates have new ids: a plain insert, without ON CONFLICT's speculative insertion (an
 -- index probe and a confirmation WAL record per row). The seqs come a block of 4,096 per
--- nextval (the sequence's increment, migration 013): a row's seq is its block's base plus its
--- position in the block.
-with b as (
-    select array(select nextval('events_seq_seq') from generate_series(0, (cardinality($2::uuid[]) - 1) / 4096)) as base
-), ins as (
+-- nextval (migration 013: events_seq_bases reserves the blocks, events_seq_at numbers the rows).
+with b as (select events_seq_bases(cardinality($2::uuid[])) as bases), ins as (
     insert into events (seq, id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
-    select b.base[(e.n - 1) / 4096 + 1] + (e.n - 1) % 4096,
-           id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb, nullif(trace_context, '')
+    select events_seq_at(b.bases, e.n), id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb,
+           nullif(trace_context, '')
     from b, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[])
         with ordinality as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context, n)
 )
@@ -23,12 +20,10 @@ select pg_current_xact_id()::text::bigint;
 -- from the bus, appends a job's outcomes under its partition lock, so two copies of one event are
 -- never appended at once. Events from the bus are logged without a subject: the probe looks
 -- among those alone, in the partial index events_bus_id (migration 012), in every partition.
-with b as (
-    select array(select nextval('events_seq_seq') from generate_series(0, (cardinality($2::uuid[]) - 1) / 4096)) as base
-), ins as (
+with b as (select events_seq_bases(cardinality($2::uuid[])) as bases), ins as (
     insert into events (seq, id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
-    select b.base[(e.n - 1) / 4096 + 1] + (e.n - 1) % 4096,
-           id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb, nullif(trace_context, '')
+    select events_seq_at(b.bases, e.n), id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb,
+           nullif(trace_context, '')
     from b, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[], $11::bool[])
         with ordinality as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context, probe, n)
     where not e.probe
