@@ -4,8 +4,9 @@
 -- tenth of a one-shot fire's PostgreSQL time (docs/performance.md). A block is taken when its
 -- statement runs, as a row's seq was, so the log's order is what it was: a statement's events
 -- in their order, after those of every statement that reserved before it. seqs now have gaps
--- (they had at every rollback). The block size is the sequence's increment, and these two
--- functions are its only users (outbox Append, AppendFromBus).
+-- (they had at every rollback). The block size is the sequence's increment and is written in
+-- these two functions, which outbox Append and AppendFromBus call; the column's default
+-- (nextval) would take a whole block for one row, and nothing inserts without a seq.
 alter sequence events_seq_seq increment by 4096;
 
 -- The bases of the blocks for n events, reserved now. Volatile: a statement calls it once, in a
