@@ -103,6 +103,10 @@ func (r JobResult) AppendJSON(b []byte) ([]byte, error) {
 	}
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(r.Attempt), 10)
+	if r.TriggerState != "" {
+		b = append(b, `,"triggerState":`...)
+		b = appendString(b, r.TriggerState)
+	}
 	if e := r.Error; e != nil {
 		b = append(b, `,"error":{"message":`...)
 		b = appendString(b, e.Message)

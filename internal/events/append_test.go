@@ -26,7 +26,7 @@ func TestAppendersAreEncodingJSON(t *testing.T) {
 			Timeout: awkward, PersistData: true, TriggerState: awkward, TimesTriggered: -7},
 		JobFired{Data: json.RawMessage(`{}`), RequestsRecovery: &tr, TimesTriggered: 1 << 40},
 		JobResult{FireID: uuid.Must(uuid.NewV7()), Job: JobRef{Group: awkward}, Trigger: Key{Name: awkward}, Worker: awkward,
-			ScheduledTime: zoned, StartedTime: at, FinishedTime: at, Attempt: 3,
+			ScheduledTime: zoned, StartedTime: at, FinishedTime: at, Attempt: 3, TriggerState: awkward,
 			Error: &JobError{Message: awkward, Retryable: true, Final: true, Interrupted: true}, Data: json.RawMessage(`[ 1 ,2 ]`)},
 		JobResult{Error: &JobError{}, Data: json.RawMessage{}},
 		// encoding/json refuses these: a year of five digits, a zone of 24 hours, data that is
@@ -126,6 +126,9 @@ func randomResult(rng *rand.Rand) JobResult {
 	if rng.IntN(2) == 0 {
 		r.Error = &JobError{Message: randomString(rng), Retryable: rng.IntN(2) == 0, Final: rng.IntN(2) == 0,
 			Interrupted: rng.IntN(2) == 0}
+	}
+	if rng.IntN(2) == 0 {
+		r.TriggerState = randomString(rng)
 	}
 	return r
 }

@@ -230,7 +230,13 @@ type JobResult struct {
 	StartedTime   time.Time `json:"startedTime"`
 	FinishedTime  time.Time `json:"finishedTime"`
 	Attempt       int       `json:"attempt"`
-	Error         *JobError `json:"error,omitempty"`
+	// TriggerState is the trigger's state after the fire, as its JobFired said (empty when the
+	// worker did not echo it). The completion step reads it only to choose how to record the
+	// end: the end of a fire that left its trigger COMPLETE or BLOCKED always takes the
+	// partition locks, so it is not first looked for as a repeating trigger's. A wrong value
+	// costs that look, never a wrong end.
+	TriggerState string    `json:"triggerState,omitempty"`
+	Error        *JobError `json:"error,omitempty"`
 	// Data is the job data a completed run hands back, stored on a job that persists its data.
 	Data json.RawMessage `json:"data,omitempty"`
 }

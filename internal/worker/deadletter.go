@@ -116,7 +116,7 @@ func (w *Worker) deadLetter(ctx context.Context, stream jetstream.Stream, adv ma
 	result := events.JobResult{
 		FireID: fired.FireID, Job: fired.Job, Trigger: fired.Trigger, ScheduledTime: fired.ScheduledTime,
 		Worker: w.cfg.InstanceID, StartedTime: now, FinishedTime: now, Attempt: adv.Deliveries,
-		Error: &events.JobError{Message: msg, Retryable: true, Final: true},
+		TriggerState: fired.TriggerState, Error: &events.JobError{Message: msg, Retryable: true, Final: true},
 	}
 	if err := w.publish(ctx, typ, fired.Job.Key().String(), now, result); err != nil {
 		return err

@@ -173,6 +173,7 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	result := events.JobResult{
 		FireID: fired.FireID, Job: fired.Job, Trigger: fired.Trigger, ScheduledTime: fired.ScheduledTime,
 		Worker: w.cfg.InstanceID, StartedTime: started.UTC(), FinishedTime: finished.UTC(), Attempt: attempt,
+		TriggerState: fired.TriggerState,
 	}
 	evType, final := events.TypeJobCompleted, true
 	if err == nil {

@@ -135,6 +135,7 @@ func (e *env) fire(typ string, data string, timeout string) events.JobFired {
 		ScheduledTime: time.Now().UTC().Truncate(time.Millisecond),
 		FiredTime:     time.Now().UTC().Truncate(time.Millisecond),
 		Timeout:       timeout,
+		TriggerState:  "COMPLETE",
 	}
 	ev, err := events.New(events.TypeJobFired, events.Source(e.ns, "test"), events.AggregateJob,
 		f.Job.Key().String(), events.Subjects(e.ns).Fired(typ), time.Now(), f)
@@ -263,8 +264,8 @@ func TestJobCompletes(t *testing.T) {
 	}
 	r := o.res
 	if r.FireID != f.FireID || r.Attempt != 1 || r.Worker != "w1" || r.Job != f.Job || r.Trigger != f.Trigger ||
-		!r.ScheduledTime.Equal(f.ScheduledTime) || r.Error != nil {
-		t.Errorf("JobCompleted = %+v; want fire %s attempt 1 worker w1", r, f.FireID)
+		!r.ScheduledTime.Equal(f.ScheduledTime) || r.TriggerState != f.TriggerState || r.Error != nil {
+		t.Errorf("JobCompleted = %+v; want fire %s attempt 1 worker w1 trigger state %s", r, f.FireID, f.TriggerState)
 	}
 	if r.StartedTime.IsZero() || r.FinishedTime.Before(r.StartedTime) {
 		t.Errorf("started %v finished %v", r.StartedTime, r.FinishedTime)
@@ -626,7 +627,7 @@ func TestLastDeliveryLostBecomesFinalFailure(t *testing.T) {
 
 	o := next(t, outcomes)
 	if o.typ != events.TypeJobFailed || o.res.FireID != f.FireID || o.res.Attempt != cfg.MaxDeliver ||
-		o.res.Worker != "survivor" || o.res.Error == nil || !o.res.Error.Final {
+		o.res.Worker != "survivor" || o.res.TriggerState != f.TriggerState || o.res.Error == nil || !o.res.Error.Final {
 		t.Fatalf("outcome = %s %+v error %+v; want a final JobFailed for attempt %d from the surviving worker",
 			o.typ, o.res, o.res.Error, cfg.MaxDeliver)
 	}
