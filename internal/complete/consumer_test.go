@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/devenv/testenv"
@@ -23,6 +24,31 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func key(name string) events.Key { return events.Key{Group: "g", Name: name} }
+
+// newConsumer is node n1's consumer of the fixture's namespace; js may be nil for Apply.
+func newConsumer(f *testenv.Fixture, js jetstream.JetStream) *complete.Consumer {
+	return complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
+		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, js), js)
+}
+
+// holdPartitions holds every lock partition in a transaction until release (or the test's end).
+func holdPartitions(t *testing.T, f *testenv.Fixture) (release func()) {
+	t.Helper()
+	holder, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
+	if err := f.Locks.All(t.Context(), holder); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := holder.Rollback(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
 
 // executing leaves trigger k of job j in state after a fire, with the fire's EXECUTING row.
 func executing(t *testing.T, f *testenv.Fixture, k, j events.Key, state string, nonconcurrent bool) uuid.UUID {
@@ -127,8 +153,7 @@ func TestApply(t *testing.T) {
 // after JetStream redelivered the fire): the first ends it and is logged, the second is not.
 func TestApplyEndsAnExecutionOnceInABatch(t *testing.T) {
 	f := testenv.NewFixture(t, 4)
-	c := complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
-		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), nil)
+	c := newConsumer(f, nil)
 	f.Job(t, key("j"), false)
 	fire := executing(t, f, key("t"), key("j"), store.StateWaiting, false)
 	first, rerun := outcome(t, events.TypeJobCompleted, fire, key("j"), false), outcome(t, events.TypeJobCompleted, fire, key("j"), false)
@@ -158,21 +183,13 @@ func TestApplyEndsAnExecutionOnceInABatch(t *testing.T) {
 // they are free.
 func TestApplyEndsARepeatingTriggersExecutionWithoutThePartitionLocks(t *testing.T) {
 	f := testenv.NewFixture(t, 4)
-	c := complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
-		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), nil)
+	c := newConsumer(f, nil)
 	f.Job(t, key("rep"), false)
 	repFire := executing(t, f, key("rep-t"), key("rep"), store.StateWaiting, false)
 	f.Job(t, key("once"), false)
 	onceFire := executing(t, f, key("once-t"), key("once"), store.StateComplete, false)
 
-	holder, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(t.Context()) }()
-	if err := f.Locks.All(t.Context(), holder); err != nil {
-		t.Fatal(err)
-	}
+	release := holdPartitions(t, f)
 	// Were it to wait for a partition, it would wait until the deadline.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -198,9 +215,7 @@ func TestApplyEndsARepeatingTriggersExecutionWithoutThePartitionLocks(t *testing
 		done <- err
 	}()
 	awaitLockWait(t, f, done, "the one-shot's outcome")
-	if err := holder.Rollback(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -231,30 +246,20 @@ func awaitLockWait(t *testing.T, f *testenv.Fixture, done <-chan error, what str
 // execution as a repeating trigger's, leaving the trigger and its job.
 func TestApplyTakesTheLocksForTheEndOfALastFire(t *testing.T) {
 	f := testenv.NewFixture(t, 4)
-	c := complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
-		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), nil)
+	c := newConsumer(f, nil)
 	f.Job(t, key("rep"), false)
 	fire := executing(t, f, key("rep-t"), key("rep"), store.StateWaiting, false)
 	o := outcome(t, events.TypeJobCompleted, fire, key("rep"), false)
 	o.Result.TriggerState = store.StateComplete
 
-	holder, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(t.Context()) }()
-	if err := f.Locks.All(t.Context(), holder); err != nil {
-		t.Fatal(err)
-	}
+	release := holdPartitions(t, f)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Apply(t.Context(), []complete.Outcome{o})
 		done <- err
 	}()
 	awaitLockWait(t, f, done, "the outcome of a fire said to be its trigger's last")
-	if err := holder.Rollback(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -313,8 +318,7 @@ func TestIdleConsumerWaitsForTheNextCompletionInOnePull(t *testing.T) {
 		}
 	}
 
-	c := complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
-		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, js), js)
+	c := newConsumer(f, js)
 	c.TestSignals.Applied.Init()
 	ctx, cancel := context.WithCancel(t.Context())
 	stopped := make(chan error, 1)
