@@ -45,8 +45,7 @@ type Config struct {
 	Locks store.Locks
 	// Batch is the most completions applied in one transaction. Default 500.
 	Batch int
-	// MaxWait is how long a fetch waits to fill a batch. Default 50ms. After a fetch that came
-	// back empty, the next waits up to idleWait for its first completion instead.
+	// MaxWait is how long a fetch waits to fill a batch. Default 50ms.
 	MaxWait time.Duration
 	Logger  *slog.Logger
 	// Wake is notified after triggers went back to WAITING.
@@ -141,7 +140,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer c.giveBack()
 	full := false // the last fetch came back with a whole batch
-	idle := false // the last fetch came back empty
 	y := &yielder{max: c.cfg.Yield}
 	y.backlogged = func() bool { return c.behind(full || y.waiting()) }
 	for ctx.Err() == nil {
@@ -150,12 +148,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			sleep(ctx, d)
 			continue
 		}
-		var msgs []jetstream.Msg
-		if idle && len(c.held) == 0 {
-			msgs, err = c.fetchIdle(ctx, cons)
-		} else {
-			msgs, err = c.fetch(ctx, cons, c.cfg.Batch, jetstream.FetchMaxWait(c.cfg.MaxWait))
-		}
+		batch, err := cons.Fetch(c.cfg.Batch, jetstream.FetchMaxWait(c.cfg.MaxWait))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -164,7 +157,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 			sleep(ctx, time.Second)
 			continue
 		}
-		full, idle = len(msgs) == c.cfg.Batch, len(msgs) == 0
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			c.cfg.Logger.DebugContext(ctx, "completion fetch ended", slog.Any("error", err))
+		}
+		full = len(msgs) == c.cfg.Batch
 		if !full {
 			y.caughtUp()
 		}
@@ -174,54 +174,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.handle(ctx, msgs)
 	}
 	return nil
-}
-
-// idleWait is how long a fetch waits for the first completion once the one before came back
-// empty. Fetches of MaxWait (50 ms) whatever the flow were most of an idle cluster's NATS
-// traffic (docs/performance.md): each is a subscription, a pull request, the server's timeout
-// status and an unsubscription. Waiting longer for the first delays nothing, since a fetch
-// returns as soon as its batch is full: FetchNoWait then takes what else has come.
-const idleWait = time.Second
-
-// fetchIdle waits up to idleWait for one completion, then takes those that came with it, up
-// to a batch, without waiting.
-func (c *Consumer) fetchIdle(ctx context.Context, cons jetstream.Consumer) ([]jetstream.Msg, error) {
-	fctx, cancel := context.WithTimeout(ctx, idleWait)
-	defer cancel()
-	msgs, err := c.fetch(ctx, cons, 1, jetstream.FetchContext(fctx))
-	if err != nil || len(msgs) == 0 || c.cfg.Batch == 1 {
-		return msgs, err
-	}
-	batch, err := cons.FetchNoWait(c.cfg.Batch - 1)
-	if err != nil {
-		// The one in hand is applied; the others come with the next fetch.
-		c.cfg.Logger.DebugContext(ctx, "fetching the completions after the first failed", slog.Any("error", err))
-		return msgs, nil
-	}
-	return append(msgs, drain(ctx, batch, c.cfg.Logger)...), nil
-}
-
-// fetch takes up to n completions, waiting as opts say.
-func (c *Consumer) fetch(ctx context.Context, cons jetstream.Consumer, n int, opts ...jetstream.FetchOpt) ([]jetstream.Msg, error) {
-	batch, err := cons.Fetch(n, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return drain(ctx, batch, c.cfg.Logger), nil
-}
-
-// drain returns the messages of a fetch once it has ended. How it ended is only logged: a fetch
-// that ends early (its wait expired, the connection dropped) leaves its messages to the next.
-func drain(ctx context.Context, batch jetstream.MessageBatch, log *slog.Logger) []jetstream.Msg {
-	var msgs []jetstream.Msg
-	for m := range batch.Messages() {
-		msgs = append(msgs, m)
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) &&
-		ctx.Err() == nil {
-		log.DebugContext(ctx, "completion fetch ended", slog.Any("error", err))
-	}
-	return msgs
 }
 
 // behind reports whether fires are behind (Config.Backlogged, and Config.FiresWaiting when

@@ -2,13 +2,11 @@ package complete_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/complete"
@@ -271,90 +269,5 @@ func TestApplyTakesTheLocksForTheEndOfALastFire(t *testing.T) {
 	}
 	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = $2`, events.TypeJobCompleted); n != 1 {
 		t.Fatalf("%d JobCompleted logged, want 1", n)
-	}
-}
-
-// pullRequest is what a JetStream pull request asks for (the JSON nats.go sends).
-type pullRequest struct {
-	Batch   int           `json:"batch"`
-	Expires time.Duration `json:"expires"`
-	NoWait  bool          `json:"no_wait"`
-}
-
-// Once a fetch came back empty, the consumer waits for the next completion with one pull
-// request for a single message that lasts about a second, instead of a pull every MaxWait
-// (most of an idle cluster's NATS traffic); it applies the completion as soon as it comes,
-// with those that came with it, taken without waiting.
-func TestIdleConsumerWaitsForTheNextCompletionInOnePull(t *testing.T) {
-	f := testenv.NewFixture(t, 4)
-	nc, js := testenv.JetStream(t, testenv.NATS(t))
-	if err := events.EnsureStreams(t.Context(), js, f.Namespace()); err != nil {
-		t.Fatal(err)
-	}
-	pulls := make(chan pullRequest, 100)
-	sub, err := nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+events.StreamDone(f.Namespace())+"."+complete.DurableName,
-		func(m *nats.Msg) {
-			var r pullRequest
-			if err := json.Unmarshal(m.Data, &r); err != nil {
-				t.Errorf("pull request %q: %v", m.Data, err)
-			}
-			pulls <- r
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	nextPull := func() pullRequest {
-		t.Helper()
-		select {
-		case r := <-pulls:
-			return r
-		case <-time.After(10 * time.Second):
-			t.Fatal("no pull request from the consumer")
-			return pullRequest{}
-		}
-	}
-
-	c := newConsumer(f, js)
-	c.TestSignals.Applied.Init()
-	ctx, cancel := context.WithCancel(t.Context())
-	stopped := make(chan error, 1)
-	go func() { stopped <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Error(err)
-		}
-	}()
-
-	if r := nextPull(); r.Batch != complete.BatchDefault || r.NoWait || r.Expires > time.Second {
-		t.Fatalf("first pull %+v, want a batch of %d for at most MaxWait", r, complete.BatchDefault)
-	}
-	if r := nextPull(); r.Batch != 1 || r.NoWait || r.Expires < 500*time.Millisecond {
-		t.Fatalf("pull after an empty fetch %+v, want one message for about a second", r)
-	}
-
-	f.Job(t, key("rep"), false)
-	fire := executing(t, f, key("rep-t"), key("rep"), store.StateWaiting, false)
-	o := outcome(t, events.TypeJobCompleted, fire, key("rep"), false)
-	o.Event.Topic = events.Subjects(f.Namespace()).Done("noop")
-	msg, err := events.Message(o.Event)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.PublishMsg(t.Context(), msg); err != nil {
-		t.Fatal(err)
-	}
-	if got := c.TestSignals.Applied.Wait(t); got != (complete.Applied{Ended: 1}) {
-		t.Fatalf("applied %+v, want the completion's execution ended", got)
-	}
-	if r := nextPull(); r.Batch != complete.BatchDefault-1 || !r.NoWait {
-		t.Fatalf("pull after the first completion %+v, want the rest of a batch without waiting", r)
-	}
-	if n := f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and entry_id = $2`, fire); n != 0 {
-		t.Fatal("the execution did not end")
 	}
 }
