@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/devenv/testenv"
@@ -23,10 +22,10 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func key(name string) events.Key { return events.Key{Group: "g", Name: name} }
 
-// newConsumer is node n1's consumer of the fixture's namespace; js may be nil for Apply.
-func newConsumer(f *testenv.Fixture, js jetstream.JetStream) *complete.Consumer {
+// newConsumer is node n1's consumer of the fixture's namespace, without NATS: for Apply.
+func newConsumer(f *testenv.Fixture) *complete.Consumer {
 	return complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
-		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, js), js)
+		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), nil)
 }
 
 // holdPartitions holds every lock partition in a transaction until release (or the test's end).
@@ -151,7 +150,7 @@ func TestApply(t *testing.T) {
 // after JetStream redelivered the fire): the first ends it and is logged, the second is not.
 func TestApplyEndsAnExecutionOnceInABatch(t *testing.T) {
 	f := testenv.NewFixture(t, 4)
-	c := newConsumer(f, nil)
+	c := newConsumer(f)
 	f.Job(t, key("j"), false)
 	fire := executing(t, f, key("t"), key("j"), store.StateWaiting, false)
 	first, rerun := outcome(t, events.TypeJobCompleted, fire, key("j"), false), outcome(t, events.TypeJobCompleted, fire, key("j"), false)
@@ -181,7 +180,7 @@ func TestApplyEndsAnExecutionOnceInABatch(t *testing.T) {
 // they are free.
 func TestApplyEndsARepeatingTriggersExecutionWithoutThePartitionLocks(t *testing.T) {
 	f := testenv.NewFixture(t, 4)
-	c := newConsumer(f, nil)
+	c := newConsumer(f)
 	f.Job(t, key("rep"), false)
 	repFire := executing(t, f, key("rep-t"), key("rep"), store.StateWaiting, false)
 	f.Job(t, key("once"), false)
@@ -244,7 +243,7 @@ func awaitLockWait(t *testing.T, f *testenv.Fixture, done <-chan error, what str
 // execution as a repeating trigger's, leaving the trigger and its job.
 func TestApplyTakesTheLocksForTheEndOfALastFire(t *testing.T) {
 	f := testenv.NewFixture(t, 4)
-	c := newConsumer(f, nil)
+	c := newConsumer(f)
 	f.Job(t, key("rep"), false)
 	fire := executing(t, f, key("rep-t"), key("rep"), store.StateWaiting, false)
 	o := outcome(t, events.TypeJobCompleted, fire, key("rep"), false)
