@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -179,6 +180,22 @@ func TestHelpShowsNoRandomDefault(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "from-the-environment") {
 		t.Errorf("--help shows the environment's value:\n%s", out.String())
+	}
+}
+
+// A setting out of range stops the node before it connects to anything, saying what is allowed.
+func TestRunRejectsPartitionsAtOnceOutOfRange(t *testing.T) {
+	for _, v := range []string{"-1", "17"} {
+		// A node that accepted the setting would wait for the database: the timeout ends it.
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "run", "--database-url", "postgres://nobody@127.0.0.1:1/none",
+			"--partitions-at-once", v)
+		cmd.Env = append(os.Environ(), "AGATE_SCHEDULER_RUN_MAIN=1")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "partitions at once must be between 1 and 16") {
+			t.Errorf("--partitions-at-once %s: %v, output %q", v, err, out)
+		}
 	}
 }
 

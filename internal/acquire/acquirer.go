@@ -322,9 +322,8 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 	if len(a.directUntil) != n {
 		a.directUntil = make([]time.Time, n)
 	}
-	// The partitions' transactions run side by side (as many as the fire queue runs): one after
-	// the other, a pass took as long as all of them, and PostgreSQL worked on one core while a
-	// burst waited (20,000 due at once on 2 nodes: 9,845 → 11,457–14,038 fires/s).
+	// A backlog's partitions' transactions run Locks.Concurrency() at a time, as the fire
+	// queue's and the completion consumer's do (store.AtOnceDefault says why one by default).
 	// A light flow (the last pass claimed fewer than lightBelow, no partition in a heavy flow) is
 	// claimed in one transaction that takes every partition no other holds: eight transactions
 	// for a handful of claims, half of them finding their partition held, were most of what a
@@ -335,7 +334,7 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 	// pass that looks at a heavy flow's whole window again once its partitions' directFor ran
 	// out: a transaction per partition, four at a time, made that pass 40 ms long every second,
 	// the steady 5,000/s's fire lateness p99. A backlog (a full batch: a burst) goes a
-	// transaction per partition, side by side.
+	// transaction per partition.
 	//
 	// A heavy flow's pass waits up to HeavyLockWait for the partitions that other transactions
 	// hold rather than skipping them: those are mostly the other nodes' passes, each over every
@@ -361,7 +360,7 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 	} else {
 		results = make([]Result, n)
 		var g errgroup.Group
-		g.SetLimit(store.PartitionsAtOnce)
+		g.SetLimit(a.cfg.Locks.Concurrency())
 		for i := range n {
 			g.Go(func() error {
 				var err error

@@ -295,7 +295,7 @@ func (c *Consumer) flush(ctx context.Context) {
 		return applied, nil, err
 	}
 	var g errgroup.Group
-	g.SetLimit(store.PartitionsAtOnce)
+	g.SetLimit(c.cfg.Locks.Concurrency())
 	for _, gr := range groups {
 		g.Go(func() error {
 			c.record(ctx, gr, locked)

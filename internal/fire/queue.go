@@ -201,7 +201,7 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 	var lastErr error
 	var next time.Time
 	var g errgroup.Group
-	g.SetLimit(store.PartitionsAtOnce)
+	g.SetLimit(q.cfg.Locks.Concurrency())
 	for _, b := range batches {
 		group := b.claims
 		g.Go(func() error {

@@ -44,8 +44,11 @@ type Config struct {
 	InstanceID string
 	// LockMode is "partitioned" (Partitions rows; the default; see docs/architecture.md) or "global" (one
 	// TRIGGER_ACCESS row per namespace, exactly as Quartz). All nodes of a namespace use the same.
-	LockMode         string
-	Partitions       int // lock partitions in partitioned mode; default 8
+	LockMode   string
+	Partitions int // lock partitions in partitioned mode; default 8
+	// PartitionsAtOnce is how many transactions in different lock partitions each of the
+	// node's loops runs at once; default store.AtOnceDefault.
+	PartitionsAtOnce int
 	Batch            int
 	FireAhead        time.Duration
 	PollInterval     time.Duration
@@ -113,12 +116,16 @@ var LockModes = []string{"global", "partitioned"}
 // PartitionsDefault is the default of Config.Partitions in partitioned mode.
 const PartitionsDefault = 8
 
+// MaxPartitionsAtOnce bounds Config.PartitionsAtOnce: each transaction holds one of the
+// connections that all the node's loops share (store.PoolSizeDefault unless the URL says).
+const MaxPartitionsAtOnce = 16
+
 // locks is the lock protocol the configuration asks for.
 func (c Config) locks() store.Locks {
 	if c.LockMode == "global" {
 		return store.Locks{Namespace: c.Namespace}
 	}
-	return store.Locks{Namespace: c.Namespace, Partitions: cmp.Or(c.Partitions, PartitionsDefault)}
+	return store.Locks{Namespace: c.Namespace, Partitions: cmp.Or(c.Partitions, PartitionsDefault), AtOnce: c.PartitionsAtOnce}
 }
 
 // Validate checks a configuration from flags or the environment.
@@ -134,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.Partitions < 0 || c.Partitions > store.Slots {
 		return fmt.Errorf("partitions must be between 1 and %d", store.Slots)
+	}
+	if c.PartitionsAtOnce < 0 || c.PartitionsAtOnce > MaxPartitionsAtOnce {
+		return fmt.Errorf("partitions at once must be between 1 and %d", MaxPartitionsAtOnce)
 	}
 	if c.WorkerMaxDeliver < 0 || c.WorkerJobTimeout < 0 || c.AbandonGrace < 0 || c.HealEvery < 0 {
 		return fmt.Errorf("max-deliver, job-timeout and abandon-grace must be positive")

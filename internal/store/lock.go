@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,10 +23,15 @@ import (
 // between restarts without stranding a trigger.
 const Slots = 1024
 
-// PartitionsAtOnce is how many transactions of different lock partitions a loop (the fire queue,
-// the completion consumer) runs at once: they take different locks, and the last partition's
-// work should not wait for all the others' commits. It stays below the node's pool size.
-const PartitionsAtOnce = 4
+// AtOnceDefault is how many transactions of different lock partitions a node's loop (an acquire
+// pass over a backlog, the fire queue, the completion consumer) runs at once, unless
+// Locks.AtOnce says. Every node of a cluster runs that many on the same database, so what
+// PostgreSQL sees grows with the nodes: on 2 cores shared with everything else, bursts on 2
+// and 4 nodes cost PostgreSQL less CPU, for the same or faster fires, one at a time than two,
+// and two than four (docs/performance.md). With cores to spare, more at once lets the last
+// partition's work go without waiting for all the others' commits. It stays below the node's
+// pool size.
+const AtOnceDefault = 1
 
 // SmallBatch is the most claims or completions a loop applies in one transaction that takes
 // all their partitions, in ascending order, rather than a transaction per partition. A steady
@@ -47,6 +53,9 @@ const SmallBatch = 64
 type Locks struct {
 	Namespace  string
 	Partitions int
+	// AtOnce is how many of a loop's transactions in different partitions run at once; 0 is
+	// AtOnceDefault.
+	AtOnce int
 	// Wait, when set, records how long each lock partition taken with Partition was waited for
 	// (the node's agate.scheduler.lock.wait).
 	Wait metric.Float64Histogram
@@ -54,6 +63,9 @@ type Locks struct {
 
 // Count is the number of lock partitions (1 in global mode).
 func (l Locks) Count() int { return max(l.Partitions, 1) }
+
+// Concurrency is how many of a loop's transactions in different partitions run at once.
+func (l Locks) Concurrency() int { return min(cmp.Or(l.AtOnce, AtOnceDefault), l.Count()) }
 
 // SlotOf is the partition slot of a job, stored in its triggers' partition column.
 func SlotOf(jobGroup, jobName string) int {
