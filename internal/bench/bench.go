@@ -61,6 +61,8 @@ type Config struct {
 	PoolSize   int32
 	LockMode   string
 	Partitions int
+	// PartitionsAtOnce is the schedulers' --partitions-at-once; 0 = store.AtOnceDefault.
+	PartitionsAtOnce int
 	// Lead is the time from the start of scheduling to T0; 0 = calibrated.
 	Lead    time.Duration
 	Timeout time.Duration

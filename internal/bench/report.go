@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agatesched/agate/internal/store"
 )
 
 // Report is everything one run prints: Agate's results, optional peer rows (other schedulers'
@@ -48,8 +51,8 @@ func describeEnv(inf *infra, o Config) envInfo {
 		PostgreSQL: shortVersion(inf.pgInfo), PGSettings: inf.settings, PrivatePG: inf.pg != nil,
 		Processes: fmt.Sprintf("nats-server (JetStream file store), `scheduler run` ×K and `worker --concurrency %d` ×%d as separate processes from the built binaries, on 127.0.0.1",
 			o.Concurrency, o.Workers),
-		NodeConfig: fmt.Sprintf("scheduler defaults (batch 500, fire-ahead 200ms), --lock-mode %s --partitions %d, %s; %d trigger(s) per schedule_job, %d requests in flight",
-			o.LockMode, o.Partitions, pool, o.TriggersPerCommand, o.InFlight),
+		NodeConfig: fmt.Sprintf("scheduler defaults (batch 500, fire-ahead 200ms), --lock-mode %s --partitions %d --partitions-at-once %d, %s; %d trigger(s) per schedule_job, %d requests in flight",
+			o.LockMode, o.Partitions, cmp.Or(o.PartitionsAtOnce, store.AtOnceDefault), pool, o.TriggersPerCommand, o.InFlight),
 		PGSet: o.PGSet,
 	}
 }
