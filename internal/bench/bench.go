@@ -10,6 +10,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agatesched/agate/internal/store"
 )
 
 // Config is one benchmark run.
@@ -117,7 +120,7 @@ func (o Config) Validate() error {
 		return fmt.Errorf("-o %q: use table or json", o.Output)
 	}
 	if o.BurstN <= 0 || o.SteadyRate <= 0 || o.SteadyDuration < time.Second || o.Workers <= 0 ||
-		o.Concurrency <= 0 || o.PoolSize < 0 || o.Timeout <= 0 || o.InFlight <= 0 || o.TriggersPerCommand <= 0 {
+		o.Concurrency <= 0 || o.PoolSize < 0 || o.PartitionsAtOnce < 0 || o.Timeout <= 0 || o.InFlight <= 0 || o.TriggersPerCommand <= 0 {
 		return errors.New("counts must be positive and --steady-duration at least 1s")
 	}
 	if o.TriggersPerCommand > maxTriggersPerCommand {
@@ -143,6 +146,7 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	o.PartitionsAtOnce = cmp.Or(o.PartitionsAtOnce, store.AtOnceDefault)
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	inf, err := startInfra(ctx, o.DatabaseURL, log)
 	if err != nil {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -19,7 +18,6 @@ import (
 	"github.com/agatesched/agate/internal/cli"
 	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/events"
-	"github.com/agatesched/agate/internal/store"
 )
 
 // cluster is the scheduler and worker processes of one workload, started from the built
@@ -84,7 +82,7 @@ func (b *bench) startSchedulers(c *cluster, dbURL string, n int) error {
 		p, err := startProc(filepath.Join(b.inf.bin, "scheduler"), filepath.Join(b.inf.dir, c.ns+"-"+id+".log"), env,
 			"run", "--database-url", dbURL, "--nats-url", b.inf.natsURL, "--namespace", c.ns, "--instance-id", id,
 			"--log-level", level, "--lock-mode", b.o.LockMode, "--partitions", strconv.Itoa(b.o.Partitions),
-			"--partitions-at-once", strconv.Itoa(cmp.Or(b.o.PartitionsAtOnce, store.AtOnceDefault)))
+			"--partitions-at-once", strconv.Itoa(b.o.PartitionsAtOnce))
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/agatesched/agate/internal/store"
 )
 
 // Report is everything one run prints: Agate's results, optional peer rows (other schedulers'
@@ -52,7 +49,7 @@ func describeEnv(inf *infra, o Config) envInfo {
 		Processes: fmt.Sprintf("nats-server (JetStream file store), `scheduler run` ×K and `worker --concurrency %d` ×%d as separate processes from the built binaries, on 127.0.0.1",
 			o.Concurrency, o.Workers),
 		NodeConfig: fmt.Sprintf("scheduler defaults (batch 500, fire-ahead 200ms), --lock-mode %s --partitions %d --partitions-at-once %d, %s; %d trigger(s) per schedule_job, %d requests in flight",
-			o.LockMode, o.Partitions, cmp.Or(o.PartitionsAtOnce, store.AtOnceDefault), pool, o.TriggersPerCommand, o.InFlight),
+			o.LockMode, o.Partitions, o.PartitionsAtOnce, pool, o.TriggersPerCommand, o.InFlight),
 		PGSet: o.PGSet,
 	}
 }
