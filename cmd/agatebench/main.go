@@ -22,7 +22,6 @@ import (
 	"github.com/agatesched/agate/internal/bench"
 	"github.com/agatesched/agate/internal/cli"
 	"github.com/agatesched/agate/internal/node"
-	"github.com/agatesched/agate/internal/store"
 )
 
 func main() {
@@ -164,7 +163,7 @@ else heavy on the machine while timing.`,
 	f.Int32Var(&o.PoolSize, "pool-size", 0, "PostgreSQL connections per scheduler (pool_max_conns in its DATABASE_URL); 0 = the scheduler's default")
 	f.StringVar(&o.LockMode, "lock-mode", "partitioned", "scheduler --lock-mode: global (Quartz-exact) or partitioned")
 	f.IntVar(&o.Partitions, "partitions", node.PartitionsDefault, "scheduler --partitions with --lock-mode partitioned")
-	f.IntVar(&o.PartitionsAtOnce, "partitions-at-once", store.AtOnceDefault, "scheduler --partitions-at-once: transactions in different lock partitions each of a node's loops runs at once")
+	f.IntVar(&o.PartitionsAtOnce, "partitions-at-once", node.PartitionsAtOnceDefault, "scheduler --partitions-at-once: transactions in different lock partitions each of a node's loops runs at once")
 	f.DurationVar(&o.Lead, "lead", 0, "time from the start of scheduling to T0; 0 = 3s + 3 × the time the commands take at the calibrated rate")
 	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "per workload: how long after its last due time to wait for completions")
 	f.StringVar(&o.FiresOut, "fires-out", "", "write every fire of each workload (scheduled time after T0, fire and published lateness, node) as CSV into this directory")

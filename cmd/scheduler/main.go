@@ -197,7 +197,7 @@ func addNodeFlags(cmd *cobra.Command, o *options) {
 	bind("lock-mode", "AGATE_LOCK_MODE")
 	f.IntVar(&o.node.Partitions, "partitions", node.PartitionsDefault, "lock partitions in partitioned mode; a job's triggers share one")
 	bind("partitions", "AGATE_PARTITIONS")
-	f.IntVar(&o.node.PartitionsAtOnce, "partitions-at-once", store.AtOnceDefault, "transactions in different lock partitions each of the node's loops (acquiring a backlog, the fire queue, completions) runs at once, at most 16; more helps only when PostgreSQL has cores to spare (every node runs that many), and each holds one of the connections the node's loops share (pool_max_conns in the URL, default 16)")
+	f.IntVar(&o.node.PartitionsAtOnce, "partitions-at-once", node.PartitionsAtOnceDefault, "transactions in different lock partitions each of the node's loops (acquiring a backlog, the fire queue, completions) runs at once, at most 16; more helps only when PostgreSQL has cores to spare (every node runs that many), and each holds one of the connections the node's loops share (pool_max_conns in the URL, default 16)")
 	bind("partitions-at-once", "AGATE_PARTITIONS_AT_ONCE")
 	f.IntVar(&o.node.Batch, "batch", node.BatchDefault, "most triggers acquired and fired in one transaction")
 	bind("batch", "AGATE_BATCH")

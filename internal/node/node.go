@@ -116,6 +116,9 @@ var LockModes = []string{"global", "partitioned"}
 // PartitionsDefault is the default of Config.Partitions in partitioned mode.
 const PartitionsDefault = 8
 
+// PartitionsAtOnceDefault is the default of Config.PartitionsAtOnce (store.AtOnceDefault says why).
+const PartitionsAtOnceDefault = store.AtOnceDefault
+
 // MaxPartitionsAtOnce bounds Config.PartitionsAtOnce: each transaction holds one of the
 // connections that all the node's loops share (store.PoolSizeDefault unless the URL says).
 const MaxPartitionsAtOnce = 16
