@@ -404,7 +404,7 @@ func (a *Acquirer) runPartitions(ctx context.Context, ps []int, wait bool) (Resu
 		taken := ps
 		var err error
 		if wait {
-			err = a.cfg.Locks.WaitPartitionsAsMember(ctx, tx, ps, a.cfg.InstanceID, a.cfg.Member, a.cfg.HeavyLockWait)
+			_, err = a.cfg.Locks.WaitPartitionsAsMember(ctx, tx, ps, a.cfg.InstanceID, a.cfg.Member, a.cfg.HeavyLockWait)
 		} else {
 			taken, err = a.cfg.Locks.TryPartitionsAsMember(ctx, tx, ps, a.cfg.InstanceID, a.cfg.Member)
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,6 +94,9 @@ type Consumer struct {
 	// since heldSince; only Run's goroutine touches them.
 	held      []pending
 	heldSince time.Time
+	// lockHeld are the partitions found held by another transaction for store.HeldWait: their
+	// outcomes wait in held while the others' are recorded.
+	lockHeld store.HeldPartitions
 
 	TestSignals TestSignals
 }
@@ -274,35 +278,61 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 // transaction for a whole batch took every partition its jobs hash to (all of them, in a
 // burst), in order, waiting for each: fire transactions queued behind it, and two nodes'
 // batches behind each other. A small batch (store.SmallBatch, a steady flow's) goes in one
-// transaction all the same.
+// transaction all the same. The outcomes of a partition that another transaction held longer
+// than store.HeldWait stay held, to be tried again after it.
 func (c *Consumer) flush(ctx context.Context) {
-	if len(c.held) == 0 || c.holding(time.Now()) {
+	now := time.Now()
+	if len(c.held) == 0 || c.holding(now) {
 		return
 	}
-	held := c.held
+	held, since := c.held, c.heldSince
 	c.held, c.heldSince = nil, time.Time{}
+	var mu sync.Mutex // guards rest
+	var rest []pending
 	groups := map[int][]pending{}
 	for _, pe := range held {
 		j := pe.out.Result.Job.Key()
 		p := c.cfg.Locks.PartitionOf(j.Group, j.Name)
-		if len(held) <= store.SmallBatch {
+		switch {
+		case c.lockHeld.Held(p, now):
+			rest = append(rest, pe)
+			continue
+		case len(held) <= store.SmallBatch:
 			p = 0 // applyLocked takes the partitions of all their jobs, in ascending order
 		}
 		groups[p] = append(groups[p], pe)
 	}
 	locked := func(ctx context.Context, outs []Outcome) (Applied, []int, error) {
-		applied, err := c.applyLocked(ctx, outs)
+		applied, err := c.applyLocked(ctx, outs, store.HeldWait)
+		var lockHeld *store.PartitionHeldError
+		if errors.As(err, &lockHeld) {
+			if heldFor, warn := c.lockHeld.Hold(lockHeld.Partition, time.Now()); warn {
+				c.cfg.Logger.WarnContext(ctx, "a lock partition has been held by another transaction for a while (a node stopped in the middle of one?); its completions wait, the others are recorded",
+					slog.Int("partition", lockHeld.Partition), slog.Duration("held_for", heldFor.Round(time.Millisecond)))
+			}
+			all := make([]int, len(outs))
+			for i := range all {
+				all[i] = i
+			}
+			return Applied{}, all, nil
+		}
 		return applied, nil, err
 	}
 	var g errgroup.Group
 	g.SetLimit(c.cfg.Locks.Concurrency())
 	for _, gr := range groups {
 		g.Go(func() error {
-			c.record(ctx, gr, locked)
+			left := c.record(ctx, gr, locked)
+			mu.Lock()
+			rest = append(rest, left...)
+			mu.Unlock()
 			return nil
 		})
 	}
 	_ = g.Wait() // each group's outcome is handled in record
+	if len(rest) > 0 {
+		c.held, c.heldSince = rest, since
+	}
 }
 
 // holding reports whether the held outcomes wait longer: while the node fires a heavy flow,
@@ -483,7 +513,7 @@ func (c *Consumer) Apply(ctx context.Context, outs []Outcome) (Applied, error) {
 	for i, j := range left {
 		rest[i] = outs[j]
 	}
-	more, err := c.applyLocked(ctx, rest)
+	more, err := c.applyLocked(ctx, rest, 0)
 	if err != nil {
 		return Applied{}, err
 	}
@@ -548,8 +578,9 @@ func (c *Consumer) applyUnlocked(ctx context.Context, outs []Outcome) (Applied, 
 	return Applied{Ended: len(ended)}, left, nil
 }
 
-// applyLocked applies outs in one transaction under the locks of their jobs' partitions.
-func (c *Consumer) applyLocked(ctx context.Context, outs []Outcome) (Applied, error) {
+// applyLocked applies outs in one transaction under the locks of their jobs' partitions, waiting
+// at most wait for each (store.Locks.WaitPartitionsAsMember; 0: as long as it takes).
+func (c *Consumer) applyLocked(ctx context.Context, outs []Outcome, wait time.Duration) (Applied, error) {
 	var res Applied
 	err := c.outbox.InTx(ctx, func(tx *outbox.Tx) error {
 		res = Applied{}
@@ -557,9 +588,11 @@ func (c *Consumer) applyLocked(ctx context.Context, outs []Outcome) (Applied, er
 		for i, o := range outs {
 			jobs[i] = o.Result.Job.Key()
 		}
-		if err := c.cfg.Locks.Jobs(ctx, tx, jobs); err != nil {
+		ps := c.cfg.Locks.PartitionsOfJobs(jobs)
+		if _, err := c.cfg.Locks.WaitPartitionsAsMember(ctx, tx, ps, "", nil, wait); err != nil {
 			return err
 		}
+		tx.OnCommit(func() { c.lockHeld.Taken(ps...) })
 		var ids []uuid.UUID
 		for _, o := range outs {
 			if o.ends() {

@@ -2,6 +2,9 @@ package complete_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -268,5 +271,92 @@ func TestApplyTakesTheLocksForTheEndOfALastFire(t *testing.T) {
 	}
 	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = $2`, events.TypeJobCompleted); n != 1 {
 		t.Fatalf("%d JobCompleted logged, want 1", n)
+	}
+}
+
+// A partition that another transaction holds (a node stopped in the middle of one) does not
+// hold up the completions of the other partitions: they are recorded, and the held partition's
+// once it is free.
+func TestConsumerRecordsOtherPartitionsWhileOneIsHeld(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	ns := f.Namespace()
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	if err := events.EnsureStreams(t.Context(), js, ns); err != nil {
+		t.Fatal(err)
+	}
+	// Two one-shots' last fires, executing, of jobs in two partitions.
+	fires := map[int]uuid.UUID{}
+	jobs := map[int]events.Key{}
+	for i := 0; len(fires) < 2; i++ {
+		j := key(fmt.Sprint("j", i))
+		p := f.Locks.PartitionOf(j.Group, j.Name)
+		if _, ok := fires[p]; ok {
+			continue
+		}
+		f.Job(t, j, false)
+		fires[p], jobs[p] = executing(t, f, key(fmt.Sprint("t", i)), j, store.StateComplete, false), j
+	}
+	var held, free int
+	for i, p := range slices.Sorted(maps.Keys(fires)) {
+		if i == 0 {
+			held = p
+		} else {
+			free = p
+		}
+	}
+	holder, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if err := f.Locks.Partition(t.Context(), holder, held); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int{held, free} {
+		res := events.JobResult{FireID: fires[p], Job: events.JobRef{Group: jobs[p].Group, Name: jobs[p].Name, Type: "noop"},
+			TriggerState: store.StateComplete}
+		ev, err := events.New(events.TypeJobCompleted, "agate/test/w1", events.AggregateJob, jobs[p].String(),
+			events.Subjects(ns).Done("noop"), time.Now(), res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := events.Message(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := complete.New(complete.Config{Namespace: ns, InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
+		outbox.New(outbox.Config{Namespace: ns}, f.Pool, nil), js)
+	c.TestSignals.Applied.Init()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	executing := func(p int) bool {
+		return f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and entry_id = $2`, fires[p]) == 1
+	}
+	if got := c.TestSignals.Applied.Wait(t); got.Ended != 1 {
+		t.Fatalf("applied %+v while partition %d was held, want the end of partition %d's execution", got, held, free)
+	}
+	if executing(free) || !executing(held) {
+		t.Fatalf("partition %d held: execution of partition %d ended %v, of partition %d %v; want only the free one's",
+			held, free, !executing(free), held, !executing(held))
+	}
+	if err := holder.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.TestSignals.Applied.Wait(t); got.Ended != 1 {
+		t.Fatalf("applied %+v once partition %d was free, want the end of its execution", got, held)
+	}
+	if executing(held) {
+		t.Fatalf("the execution of partition %d did not end once it was free", held)
 	}
 }

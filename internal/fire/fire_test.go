@@ -341,6 +341,78 @@ func TestQueueFiresFewClaimsInOneTransaction(t *testing.T) {
 	}
 }
 
+// A partition that another transaction holds (a node stopped in the middle of one) does not
+// hold up the claims of the other partitions: they fire, and the held partition's claim fires
+// once it is free.
+func TestQueueFiresOtherPartitionsWhileOneIsHeld(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
+	e := &env{f: f, clock: testenv.NewClock(time.Now()), outbox: ob,
+		firer: fire.New(fire.Config{Namespace: f.Namespace(), InstanceID: "n1", Now: time.Now})}
+	due := time.Now().Truncate(time.Millisecond)
+	byPartition := map[int]store.Claim{}
+	for i := 0; len(byPartition) < 2; i++ {
+		j := key(fmt.Sprint("j", i))
+		p := f.Locks.PartitionOf(j.Group, j.Name)
+		if _, ok := byPartition[p]; ok {
+			continue
+		}
+		e.f.Job(t, j, false)
+		e.f.Trigger(t, j, j, testenv.Repeating(time.Minute), due)
+		c := e.claim(t, j, j, due, true, false)
+		c.Partition = p
+		byPartition[p] = c
+	}
+	var held, free store.Claim
+	for _, c := range byPartition {
+		if held.TriggerName == "" {
+			held = c
+		} else {
+			free = c
+		}
+	}
+	holder, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if err := f.Locks.Partition(t.Context(), holder, held.Partition); err != nil {
+		t.Fatal(err)
+	}
+	q := fire.NewQueue(fire.QueueConfig{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Now: time.Now}, ob, e.firer)
+	q.TestSignals.Fired.Init()
+	q.Add([]store.Claim{held, free})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- q.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	if n := q.TestSignals.Fired.Wait(t); n != 1 {
+		t.Fatalf("fired %d while partition %d was held, want the claim of partition %d", n, held.Partition, free.Partition)
+	}
+	for _, c := range []struct {
+		claim store.Claim
+		want  string
+	}{{free, store.StateWaiting}, {held, store.StateAcquired}} {
+		if got := f.State(t, key(c.claim.TriggerName)); got != c.want {
+			t.Fatalf("trigger of partition %d is %s while partition %d is held, want %s", c.claim.Partition, got, held.Partition, c.want)
+		}
+	}
+	if err := holder.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := q.TestSignals.Fired.Wait(t); n != 1 {
+		t.Fatalf("fired %d once partition %d was free, want its claim", n, held.Partition)
+	}
+	if got := f.State(t, key(held.TriggerName)); got != store.StateWaiting {
+		t.Fatalf("trigger of partition %d is %s after it fired, want %s", held.Partition, got, store.StateWaiting)
+	}
+}
+
 // Fencing: a claim fires only while the node that made it is a member under the claim's epoch.
 // A node declared failed (its epoch replaced) cannot fire what it claimed before.
 func TestFireRefusesClaimsOfAFencedEpoch(t *testing.T) {

@@ -62,6 +62,9 @@ type Queue struct {
 	// unreachable), its claims wait in pending again and nothing fires before retryAt.
 	failures int
 	retryAt  time.Time
+	// held are the partitions found held by another transaction for store.HeldWait: their
+	// claims wait while the others fire.
+	held store.HeldPartitions
 
 	TestSignals QueueSignals
 }
@@ -88,8 +91,7 @@ func (q *Queue) Add(claims []store.Claim) {
 		return
 	}
 	q.mu.Lock()
-	q.pending = append(q.pending, claims...)
-	slices.SortStableFunc(q.pending, func(a, b store.Claim) int { return a.SchedTime.Compare(b.SchedTime) })
+	q.putLocked(claims)
 	q.mu.Unlock()
 	select {
 	case q.kick <- struct{}{}:
@@ -136,7 +138,14 @@ func (q *Queue) Run(ctx context.Context) error {
 	}
 }
 
-// takeDue pops the claims due now (at most MaxBatch) and returns the next pending time.
+// putLocked adds claims to pending, keeping it sorted by fire time. q.mu is held.
+func (q *Queue) putLocked(claims []store.Claim) {
+	q.pending = append(q.pending, claims...)
+	slices.SortStableFunc(q.pending, func(a, b store.Claim) int { return a.SchedTime.Compare(b.SchedTime) })
+}
+
+// takeDue pops the claims due now (at most MaxBatch), but those of partitions set aside, and
+// returns when the next may be taken.
 func (q *Queue) takeDue() ([]store.Claim, time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -144,15 +153,26 @@ func (q *Queue) takeDue() ([]store.Claim, time.Time) {
 	if now.Before(q.retryAt) && len(q.pending) > 0 {
 		return nil, q.retryAt
 	}
-	n := 0
-	for n < len(q.pending) && n < q.cfg.MaxBatch && !q.pending[n].SchedTime.After(now) {
-		n++
-	}
-	due := slices.Clone(q.pending[:n])
-	q.pending = q.pending[n:]
+	var due []store.Claim
 	var next time.Time
-	if len(q.pending) > 0 {
-		next = q.pending[0].SchedTime
+	kept, setAside := q.pending[:0], false
+	for _, c := range q.pending {
+		switch held := q.held.Held(c.Partition, now); {
+		case len(due) < q.cfg.MaxBatch && !c.SchedTime.After(now) && !held:
+			due = append(due, c)
+		case held:
+			kept, setAside = append(kept, c), true
+		default:
+			if next.IsZero() {
+				next = c.SchedTime
+			}
+			kept = append(kept, c)
+		}
+	}
+	clear(q.pending[len(kept):])
+	q.pending = kept
+	if heldNext := q.held.Next(now); setAside && (next.IsZero() || heldNext.Before(next)) {
+		next = heldNext
 	}
 	return due, next
 }
@@ -196,8 +216,8 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 			batches = append(batches, batch{partitions: []int{p}, claims: group})
 		}
 	}
-	var mu sync.Mutex // guards retry, lastErr and next
-	var retry []store.Claim
+	var mu sync.Mutex // guards retry, setAside, lastErr and next
+	var retry, setAside []store.Claim
 	var lastErr error
 	var next time.Time
 	var g errgroup.Group
@@ -207,21 +227,33 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 		g.Go(func() error {
 			fired, groupNext := 0, time.Time{}
 			err := q.outbox.InTx(ctx, func(tx *outbox.Tx) error {
-				waited, err := q.cfg.Locks.PartitionsAsMember(ctx, tx, b.partitions, q.cfg.InstanceID, q.cfg.Member)
+				waited, err := q.cfg.Locks.WaitPartitionsAsMember(ctx, tx, b.partitions, q.cfg.InstanceID, q.cfg.Member, store.HeldWait)
 				if err != nil {
 					return err
 				}
 				fired, groupNext, err = q.firer.FireNext(withLockWait(ctx, waited), tx, group)
 				return err
 			})
+			var held *store.PartitionHeldError
 			switch {
 			case err == nil:
+				q.held.Taken(b.partitions...)
 				q.TestSignals.Fired.Signal(fired)
 				mu.Lock()
 				if !groupNext.IsZero() && (next.IsZero() || groupNext.Before(next)) {
 					next = groupNext
 				}
 				mu.Unlock()
+			case errors.As(err, &held):
+				// A node stopped in a transaction holds it: fire the other partitions' claims
+				// meanwhile, and these when it is free.
+				mu.Lock()
+				setAside = append(setAside, group...)
+				mu.Unlock()
+				if heldFor, warn := q.held.Hold(held.Partition, q.cfg.Now()); warn {
+					q.cfg.Logger.WarnContext(ctx, "a lock partition has been held by another transaction for a while (a node stopped in the middle of one?); its claims wait, the others fire",
+						slog.Int("partition", held.Partition), slog.Duration("held_for", heldFor.Round(time.Millisecond)))
+				}
 			case errors.Is(err, store.ErrFenced):
 				q.cfg.Logger.WarnContext(ctx, "not firing: this node was declared failed; the cluster released its claims",
 					slog.Int("claims", len(group)))
@@ -243,6 +275,11 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 		})
 	}
 	_ = g.Wait() // each transaction's outcome is handled above
+	if len(setAside) > 0 {
+		q.mu.Lock()
+		q.putLocked(setAside)
+		q.mu.Unlock()
+	}
 	q.retryLater(ctx, retry, lastErr)
 	if !next.IsZero() {
 		q.cfg.Wake.NotifyDue(next)
@@ -261,8 +298,7 @@ func (q *Queue) retryLater(ctx context.Context, claims []store.Claim, err error)
 		q.failures, q.retryAt = 0, time.Time{}
 		return
 	}
-	q.pending = append(q.pending, claims...)
-	slices.SortStableFunc(q.pending, func(a, b store.Claim) int { return a.SchedTime.Compare(b.SchedTime) })
+	q.putLocked(claims)
 	q.failures++
 	wait := retry.Delay(q.failures, 100*time.Millisecond, 5*time.Second)
 	q.retryAt = q.cfg.Now().Add(wait)

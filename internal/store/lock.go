@@ -187,19 +187,35 @@ func (l Locks) PartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, inst
 }
 
 // ErrPartitionsHeld: WaitPartitionsAsMember gave up on a partition that another transaction
-// held longer than it would wait. The transaction is aborted.
+// held longer than it would wait (a *PartitionHeldError says which). The transaction is aborted.
 var ErrPartitionsHeld = errors.New("a lock partition was held longer than the wait allowed")
 
-// WaitPartitionsAsMember is PartitionsAsMember waiting at most d for each partition: for a
-// loop that would rather follow other transactions in a partition than skip it, but not stall
-// behind one that stays (its node stopped in the middle). On ErrPartitionsHeld tx is aborted.
-func (l Locks) WaitPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member, d time.Duration) error {
-	_, err := l.partitionsAsMember(ctx, tx, ps, instanceID, m, max(d, time.Millisecond))
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-		return fmt.Errorf("%w (%s)", ErrPartitionsHeld, d)
+// PartitionHeldError is ErrPartitionsHeld for lock partition Partition, held by another
+// transaction for longer than Wait.
+type PartitionHeldError struct {
+	Partition int
+	Wait      time.Duration
+}
+
+func (e *PartitionHeldError) Error() string {
+	return fmt.Sprintf("lock partition %d was held by another transaction for longer than %s", e.Partition, e.Wait)
+}
+
+// Is makes a PartitionHeldError match ErrPartitionsHeld.
+func (e *PartitionHeldError) Is(target error) bool { return target == ErrPartitionsHeld }
+
+// WaitPartitionsAsMember is PartitionsAsMember waiting at most d for each partition
+// (a *PartitionHeldError when one stays held): for a loop that would rather follow other
+// transactions in a partition than skip it, but not stall behind one that stays (its node
+// stopped in the middle). With d ≤ 0, and in global mode (one lock: nothing else to do
+// meanwhile), it waits as long as it takes. On a PartitionHeldError tx is aborted.
+func (l Locks) WaitPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member, d time.Duration) (time.Duration, error) {
+	if l.Count() == 1 || d <= 0 {
+		d = 0
+	} else {
+		d = max(d, time.Millisecond) // lock_timeout is in whole milliseconds; 0 is none
 	}
-	return err
+	return l.partitionsAsMember(ctx, tx, ps, instanceID, m, d)
 }
 
 // partitionsAsMember is PartitionsAsMember, with lock_timeout set to wait (0: none) while it
@@ -235,7 +251,11 @@ func (l Locks) partitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, inst
 	var waited time.Duration
 	for _, p := range ps {
 		var one int
-		if err := lockErr(br.QueryRow().Scan(&one), l.Namespace, l.name(p)); err != nil {
+		err := br.QueryRow().Scan(&one)
+		if pgErr := (*pgconn.PgError)(nil); timed && errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			return waited, &PartitionHeldError{Partition: p, Wait: wait}
+		}
+		if err := lockErr(err, l.Namespace, l.name(p)); err != nil {
 			return waited, err
 		}
 		w := time.Since(start) - waited // the answers come in order: this lock's share
@@ -318,12 +338,17 @@ func (l Locks) TryPartition(ctx context.Context, tx pgx.Tx, p int) (bool, error)
 
 // Jobs takes the partitions of the given jobs, in ascending order.
 func (l Locks) Jobs(ctx context.Context, tx pgx.Tx, jobs []events.Key) error {
-	var ps []int
-	for _, j := range jobs {
-		ps = append(ps, l.PartitionOf(j.Group, j.Name))
-	}
-	_, err := l.PartitionsWaited(ctx, tx, ps)
+	_, err := l.PartitionsWaited(ctx, tx, l.PartitionsOfJobs(jobs))
 	return err
+}
+
+// PartitionsOfJobs is the lock partitions of jobs, one for each.
+func (l Locks) PartitionsOfJobs(jobs []events.Key) []int {
+	ps := make([]int, len(jobs))
+	for i, j := range jobs {
+		ps[i] = l.PartitionOf(j.Group, j.Name)
+	}
+	return ps
 }
 
 // PartitionsWaited takes lock partitions ps, each once, in ascending order (the lock order), and
