@@ -447,3 +447,48 @@ func TestBatchAppliesAsOneByOne(t *testing.T) {
 		t.Errorf("events differ:\none by one %q\nin a batch %q", one.events, batch.events)
 	}
 }
+
+// Two nodes handed the same new commands in different orders (a redelivery) remember their ids
+// in one order, so that neither holds an id the other waits for: no deadlock, and each command
+// is answered with the outcome stored first.
+func TestBulkRemembersIDsInOrder(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	h := newHandler(t, f, nil)
+	at := time.Now().Add(time.Hour)
+	req := func(id string) Request { return Request{Command: "schedule_job", Body: scheduleBody(t, id, id, at)} }
+	// The other node has remembered "a" and not committed yet; it remembers "b" next.
+	other, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(context.Background()) }()
+	remember := func(id string) error {
+		out, err := json.Marshal(Outcome{OK: true, CommandID: id, Command: "schedule_job"})
+		if err != nil {
+			return err
+		}
+		_, err = other.Exec(t.Context(), `insert into commands_seen (sched_name, command_id, outcome) values ($1, $2, $3)`,
+			f.Namespace(), id, string(out))
+		return err
+	}
+	if err := remember("a"); err != nil {
+		t.Fatal(err)
+	}
+	outs := make(chan []Outcome, 1)
+	go func() { outs <- h.HandleBatch(t.Context(), []Request{req("b"), req("a")}) }()
+	f.WaitLockWaiters(t, 1)
+	if err := remember("b"); err != nil {
+		t.Fatalf("the other node remembering b after a: %v", err)
+	}
+	if err := other.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i, out := range <-outs {
+		if !out.OK {
+			t.Fatalf("command %d: %+v", i, out.Error)
+		}
+	}
+	if n := f.Count(t, `select count(*) from triggers where sched_name = $1`); n != 0 {
+		t.Errorf("%d triggers stored by commands the other node remembered first, want 0", n)
+	}
+}

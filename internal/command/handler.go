@@ -487,7 +487,8 @@ func (h *Handler) record(ctx context.Context, a *applyCtx, out Outcome, body []b
 func (h *Handler) transient(ctx context.Context, cmd, id string, err error) Outcome {
 	h.cfg.Logger.WarnContext(ctx, "command could not be handled now; it can be retried",
 		slog.String("command", cmd), slog.String("command_id", id), slog.Any("error", err))
-	e := &Error{Code: CodeUnavailable, Message: "the scheduler could not reach its database; retry with the same id"}
+	e := &Error{Code: CodeUnavailable, Message: "the scheduler could not apply the command now (its database is unreachable or restarting, " +
+		"or the transaction conflicted with another); retry with the same id"}
 	if !store.IsTransient(err) {
 		e = &Error{Code: CodeInternal, Message: "the scheduler failed to apply the command (its log says why); " +
 			"the id is not remembered, so the command may be sent again"}
