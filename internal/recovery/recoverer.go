@@ -135,16 +135,36 @@ func (r *Recoverer) Run(ctx context.Context) error {
 	defer func() { <-beat }()
 	t := time.NewTicker(r.cfg.CheckinInterval)
 	defer t.Stop()
+	var heldSince time.Time // the passes have found a lock partition held since
+	warned := false
 	for {
 		res, err := r.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
+		next := t.C
+		switch {
+		case errors.Is(err, store.ErrPartitionsHeld):
+			// Held by a failed node stopped in a transaction, most likely: its claims are
+			// released once it goes on (or its connection dies). Try again soon, not a
+			// check-in interval later.
+			if heldSince.IsZero() {
+				heldSince = time.Now()
+			}
+			if held := time.Since(heldSince); held >= store.HeldWarnAfter && !warned {
+				warned = true
+				r.cfg.Logger.WarnContext(ctx, "recovering failed nodes waits for a lock partition another transaction holds (a failed node stopped in the middle of one?); retrying",
+					slog.Duration("held_for", held.Round(time.Millisecond)), slog.Any("error", err))
+			}
+			next = time.After(store.HeldWait)
+		case err != nil && ctx.Err() == nil:
+			heldSince, warned = time.Time{}, false
 			r.cfg.Logger.WarnContext(ctx, "recovery pass failed; retrying", slog.Any("error", err))
+		default:
+			heldSince, warned = time.Time{}, false
 		}
 		r.TestSignals.Pass.Signal(res)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-next:
 		}
 	}
 }
@@ -337,7 +357,11 @@ func (r *Recoverer) recoverFailed(ctx context.Context) (failed []string, release
 		if len(failed) == 0 && r.firstDone {
 			return nil
 		}
-		if err := r.cfg.Locks.All(ctx, tx); err != nil {
+		// A failed node may be stopped in the middle of a transaction, holding a partition
+		// until it goes on. Waiting for it here held STATE_ACCESS and every partition below
+		// it, so every node's fires in those waited too; the pass gives up instead and is
+		// tried again soon (Run).
+		if err := r.cfg.Locks.AllWithin(ctx, tx, store.HeldWait); err != nil {
 			return err
 		}
 		keys, err := store.ReleaseClaims(ctx, tx, ns, nil, owners)

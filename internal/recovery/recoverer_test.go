@@ -361,3 +361,46 @@ func TestVouchesBeforeTheCheckinInterval(t *testing.T) {
 		t.Fatalf("scheduler_state does not hold published_below %d", below)
 	}
 }
+
+// A failed node stopped in the middle of a transaction holds its lock partition until it goes
+// on. Recovering it does not wait for that partition holding the others (every node's fires
+// in them would wait too): the pass gives up at once, and releases the node's claims once the
+// partition is free.
+func TestRecoveryGivesUpOnAPartitionAFailedNodeHolds(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	f.Job(t, key("j"), false)
+	r := newRecoverer(f, "n1", time.Now)
+	if _, err := r.RunOnce(t.Context()); err != nil { // joins: its first pass takes every partition
+		t.Fatal(err)
+	}
+	claimedBy(t, f, key("dead-claim"), "dead", time.Now().Add(time.Minute).Truncate(time.Millisecond))
+	f.Exec(t, `insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms) values
+		($1, 'dead', now() - interval '1 minute', 5000)`, f.Namespace())
+	stopped, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stopped.Rollback(context.Background()) }()
+	held := f.Locks.Count() - 1 // the last partition: the pass holds all the others while it waits
+	if err := f.Locks.Partition(t.Context(), stopped, held); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := r.RunOnce(ctx); !errors.Is(err, store.ErrPartitionsHeld) {
+		t.Fatalf("pass while partition %d is held: %v, want ErrPartitionsHeld", held, err)
+	}
+	if got := f.State(t, key("dead-claim")); got != store.StateAcquired {
+		t.Fatalf("the failed node's claim is %s while its partition is held, want ACQUIRED", got)
+	}
+	if err := stopped.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.RunOnce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.FailedNodes) != 1 || res.Released != 1 {
+		t.Fatalf("pass once the partition is free: %+v, want node dead failed and its claim released", res)
+	}
+}

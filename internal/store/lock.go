@@ -375,6 +375,30 @@ func (l Locks) All(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
+// AllWithin is All, waiting at most d for each lock in partitioned mode: for a transaction that
+// would otherwise hold the partitions below one that stays held (its node stopped in the
+// middle of a transaction) and stall every fire in them meanwhile. It returns an error that is
+// ErrPartitionsHeld when it gave up; tx is then aborted. In global mode, or with d ≤ 0, it
+// waits as long as it takes.
+func (l Locks) AllWithin(ctx context.Context, tx pgx.Tx, d time.Duration) error {
+	if l.Count() == 1 || d <= 0 {
+		return l.All(ctx, tx)
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf("set local lock_timeout = %d", max(d.Milliseconds(), 1))); err != nil {
+		return fmt.Errorf("setting the lock wait: %w", err)
+	}
+	if err := l.All(ctx, tx); err != nil {
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			return fmt.Errorf("%w (%s): %w", ErrPartitionsHeld, d, err)
+		}
+		return err
+	}
+	if _, err := tx.Exec(ctx, "set local lock_timeout = 0"); err != nil {
+		return fmt.Errorf("resetting the lock wait: %w", err)
+	}
+	return nil
+}
+
 // NewJobs takes what a transaction that inserts new jobs with their new triggers needs, and says
 // whether any trigger group is paused (a new trigger of a paused group starts PAUSED). Rows no
 // other transaction sees until the commit need no partition: the acquirers cannot claim them
