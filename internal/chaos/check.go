@@ -98,8 +98,13 @@ type Results struct {
 	TriggerErrs  []string
 	Executions   int
 	Lateness     []time.Duration // of each first fire of an expected (trigger, time), sorted
-	Duplicates   []Duplicate
-	Failovers    []Failover
+	// LatenessNonconcurrent is Lateness of the fires of non-concurrent jobs, sorted: their
+	// triggers wait, BLOCKED, for the job's execution before (a worker killed in it makes them
+	// wait for its redelivery), so their lateness is the load's as much as the scheduler's.
+	LatenessNonconcurrent []time.Duration
+	LatenessOthers        []time.Duration // Lateness of the other fires, sorted
+	Duplicates            []Duplicate
+	Failovers             []Failover
 	// OrphanExecutions are executions whose fireId no JobFired carries (should never happen).
 	OrphanExecutions []string
 }
@@ -192,10 +197,18 @@ func Check(log Log, plan []PlannedTrigger, faults []FaultRecord) *Results {
 			r.Lost = append(r.Lost, k)
 		} else {
 			r.Fired++
-			r.Lateness = append(r.Lateness, byKey[k][0].Time.Sub(byKey[k][0].ScheduledTime))
+			f := byKey[k][0]
+			r.Lateness = append(r.Lateness, f.Time.Sub(f.ScheduledTime))
+			if f.Nonconcurrent {
+				r.LatenessNonconcurrent = append(r.LatenessNonconcurrent, f.Time.Sub(f.ScheduledTime))
+			} else {
+				r.LatenessOthers = append(r.LatenessOthers, f.Time.Sub(f.ScheduledTime))
+			}
 		}
 	}
 	slices.Sort(r.Lateness)
+	slices.Sort(r.LatenessNonconcurrent)
+	slices.Sort(r.LatenessOthers)
 
 	// Executions per fireId, in log order: the first is the one the scheduler took.
 	execs := slices.Clone(log.Executions)

@@ -113,6 +113,9 @@ func TestCheckCountsEachViolation(t *testing.T) {
 	}
 	check("due", r.Due, 8)
 	check("fired", r.Fired, 7)
+	check("lateness of non-concurrent jobs' fires", len(r.LatenessNonconcurrent), 3)
+	check("lateness of the others", len(r.LatenessOthers), 4)
+	check("lateness", len(r.Lateness), len(r.LatenessNonconcurrent)+len(r.LatenessOthers))
 	check("lost", len(r.Lost), 1)
 	check("doubles", len(r.Doubles), 1)
 	check("unexpected", len(r.Unexpected), 1)

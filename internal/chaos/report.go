@@ -58,11 +58,15 @@ func WriteReport(w io.Writer, rep *Report) {
 	row("executions recorded", r.Executions, "")
 	row("duplicate executions of one fireId", len(r.Duplicates), "allowed (at-least-once)")
 	row("  of which overlap another fire of a non-concurrent job", r.DupOverlaps, "allowed (a duplicate)")
-	if len(r.Lateness) > 0 {
-		l := r.Lateness
-		fmt.Fprintf(w, "  %-56s %9s  p50 %s, p99 %s, max %s\n", "lateness (JobFired time - scheduled time)", "",
-			l[len(l)/2].Round(time.Millisecond), l[len(l)*99/100].Round(time.Millisecond), l[len(l)-1].Round(time.Millisecond))
+	lateness := func(what string, l []time.Duration) {
+		if len(l) > 0 {
+			fmt.Fprintf(w, "  %-56s %9d  p50 %s, p99 %s, max %s\n", what, len(l),
+				l[len(l)/2].Round(time.Millisecond), l[len(l)*99/100].Round(time.Millisecond), l[len(l)-1].Round(time.Millisecond))
+		}
 	}
+	lateness("lateness (JobFired time - scheduled time)", r.Lateness)
+	lateness("  of non-concurrent jobs' fires (wait for the one before)", r.LatenessNonconcurrent)
+	lateness("  of the others", r.LatenessOthers)
 
 	if len(r.Duplicates) > 0 {
 		fmt.Fprintln(w, "\nduplicate executions by the fault before them:")
