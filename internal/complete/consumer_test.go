@@ -304,14 +304,7 @@ func TestConsumerRecordsOtherPartitionsWhileOneIsHeld(t *testing.T) {
 			free = p
 		}
 	}
-	holder, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if err := f.Locks.Partition(t.Context(), holder, held); err != nil {
-		t.Fatal(err)
-	}
+	release := f.HoldPartition(t, held)
 	for _, p := range []int{held, free} {
 		res := events.JobResult{FireID: fires[p], Job: events.JobRef{Group: jobs[p].Group, Name: jobs[p].Name, Type: "noop"},
 			TriggerState: store.StateComplete}
@@ -350,9 +343,7 @@ func TestConsumerRecordsOtherPartitionsWhileOneIsHeld(t *testing.T) {
 		t.Fatalf("partition %d held: execution of partition %d ended %v, of partition %d %v; want only the free one's",
 			held, free, !executing(free), held, !executing(held))
 	}
-	if err := holder.Rollback(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if got := c.TestSignals.Applied.Wait(t); got.Ended != 1 {
 		t.Fatalf("applied %+v once partition %d was free, want the end of its execution", got, held)
 	}

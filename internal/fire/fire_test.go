@@ -371,14 +371,7 @@ func TestQueueFiresOtherPartitionsWhileOneIsHeld(t *testing.T) {
 			free = c
 		}
 	}
-	holder, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if err := f.Locks.Partition(t.Context(), holder, held.Partition); err != nil {
-		t.Fatal(err)
-	}
+	release := f.HoldPartition(t, held.Partition)
 	q := fire.NewQueue(fire.QueueConfig{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Now: time.Now}, ob, e.firer)
 	q.TestSignals.Fired.Init()
 	q.Add([]store.Claim{held, free})
@@ -402,9 +395,7 @@ func TestQueueFiresOtherPartitionsWhileOneIsHeld(t *testing.T) {
 			t.Fatalf("trigger of partition %d is %s while partition %d is held, want %s", c.claim.Partition, got, held.Partition, c.want)
 		}
 	}
-	if err := holder.Rollback(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if n := q.TestSignals.Fired.Wait(t); n != 1 {
 		t.Fatalf("fired %d once partition %d was free, want its claim", n, held.Partition)
 	}

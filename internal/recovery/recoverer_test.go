@@ -376,15 +376,8 @@ func TestRecoveryGivesUpOnAPartitionAFailedNodeHolds(t *testing.T) {
 	claimedBy(t, f, key("dead-claim"), "dead", time.Now().Add(time.Minute).Truncate(time.Millisecond))
 	f.Exec(t, `insert into scheduler_state (sched_name, instance_id, last_checkin_time, checkin_interval_ms) values
 		($1, 'dead', now() - interval '1 minute', 5000)`, f.Namespace())
-	stopped, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = stopped.Rollback(context.Background()) }()
 	held := f.Locks.Count() - 1 // the last partition: the pass holds all the others while it waits
-	if err := f.Locks.Partition(t.Context(), stopped, held); err != nil {
-		t.Fatal(err)
-	}
+	release := f.HoldPartition(t, held)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	if _, err := r.RunOnce(ctx); !errors.Is(err, store.ErrPartitionsHeld) {
@@ -393,9 +386,7 @@ func TestRecoveryGivesUpOnAPartitionAFailedNodeHolds(t *testing.T) {
 	if got := f.State(t, key("dead-claim")); got != store.StateAcquired {
 		t.Fatalf("the failed node's claim is %s while its partition is held, want ACQUIRED", got)
 	}
-	if err := stopped.Rollback(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	res, err := r.RunOnce(t.Context())
 	if err != nil {
 		t.Fatal(err)

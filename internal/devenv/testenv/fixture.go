@@ -170,6 +170,26 @@ func (f *Fixture) Count(t testing.TB, sql string, args ...any) int {
 	return n
 }
 
+// HoldPartition holds lock partition p in a transaction of its own, as a node stopped in the
+// middle of one does, until release (or the test's end).
+func (f *Fixture) HoldPartition(t testing.TB, p int) (release func()) {
+	t.Helper()
+	holder, err := f.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
+	if err := f.Locks.Partition(t.Context(), holder, p); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := holder.Rollback(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // WaitLockWaiters waits until n sessions of the fixture's database wait for a row lock.
 func (f *Fixture) WaitLockWaiters(t testing.TB, n int) {
 	t.Helper()
