@@ -115,9 +115,11 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) *Recoverer {
 // Join enters the cluster: the node's first check-in, the recovery of failed nodes, and the
 // return of claims left by an earlier run with this instance id. A node starts acquiring only
 // after Join, so that this recovery never gives back a claim the same run has just made. While
-// the database cannot be reached, Join says so once and waits.
+// the database cannot be reached, or a lock partition stays held (by a node stopped in the
+// middle of a transaction), Join says so once and waits.
 func (r *Recoverer) Join(ctx context.Context) error {
-	return retry.Do(ctx, r.cfg.Logger, "joining the cluster", store.IsTransient, func() error {
+	retryable := func(err error) bool { return store.IsTransient(err) || errors.Is(err, store.ErrPartitionsHeld) }
+	return retry.Do(ctx, r.cfg.Logger, "joining the cluster", retryable, func() error {
 		_, err := r.RunOnce(ctx)
 		return err
 	})

@@ -1,9 +1,12 @@
 package recovery_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -394,4 +397,40 @@ func TestRecoveryGivesUpOnAPartitionAFailedNodeHolds(t *testing.T) {
 	if len(res.FailedNodes) != 1 || res.Released != 1 {
 		t.Fatalf("pass once the partition is free: %+v, want node dead failed and its claim released", res)
 	}
+}
+
+// A node joining while another holds a lock partition (stopped in the middle of a transaction)
+// waits for it, rather than failing to start.
+func TestJoinWaitsForAHeldPartition(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	release := f.HoldPartition(t, 3)
+	retrying := &logSignal{want: "joining the cluster failed; retrying", c: make(chan struct{})}
+	r := recovery.New(recovery.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks,
+		Logger: slog.New(slog.NewTextHandler(retrying, nil))},
+		f.Pool, outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil))
+	done := make(chan error, 1)
+	go func() { done <- r.Join(t.Context()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Join ended while a partition was held: %v", err)
+	case <-retrying.c:
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("Join once the partition was free: %v", err)
+	}
+}
+
+// logSignal closes c when a log line containing want is written.
+type logSignal struct {
+	want string
+	c    chan struct{}
+	once sync.Once
+}
+
+func (l *logSignal) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(l.want)) {
+		l.once.Do(func() { close(l.c) })
+	}
+	return len(p), nil
 }
