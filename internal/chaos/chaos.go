@@ -120,7 +120,20 @@ type Report struct {
 }
 
 // Failed reports whether an invariant broke.
-func (r *Report) Failed() bool { return r.Results == nil || r.Results.Failed() }
+func (r *Report) Failed() bool { return r.Results == nil || len(r.Violations()) > 0 }
+
+// Violations names each broken invariant with its count: the results', and processes that
+// exited without being told to (a crash is a bug even when its restart hides it).
+func (r *Report) Violations() []string {
+	var v []string
+	if r.Results != nil {
+		v = r.Results.Violations()
+	}
+	if n := len(r.Unexpected); n > 0 {
+		v = append(v, fmt.Sprintf("%d processes that exited on their own", n))
+	}
+	return v
+}
 
 // cluster is the system under test.
 type cluster struct {

@@ -208,3 +208,16 @@ func TestPlanFaultsCoversEveryKindAndIsSeeded(t *testing.T) {
 		t.Errorf("plan covers %d kinds of fault, want 8: %v", len(kinds), kinds)
 	}
 }
+
+// A process that exited on its own fails the run, even with every fire accounted for: the
+// supervisor restarts it, which would otherwise hide the crash.
+func TestReportFailsOnAProcessThatExitedOnItsOwn(t *testing.T) {
+	rep := &Report{Results: &Results{Due: 1, Fired: 1}}
+	if rep.Failed() {
+		t.Fatalf("a clean run failed: %v", rep.Violations())
+	}
+	rep.Unexpected = []string{"s1-1 exited on its own (exit status 1)"}
+	if !rep.Failed() || len(rep.Violations()) != 1 {
+		t.Fatalf("a run with a crashed process: failed %v, violations %v; want failed, one violation", rep.Failed(), rep.Violations())
+	}
+}

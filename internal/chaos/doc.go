@@ -18,8 +18,9 @@
 // After the window it waits until the namespace has no trigger and no fired row left, reads the
 // events table and [Check]s: fires due, fired, lost, double fires of one (trigger, scheduled
 // time), overlapping executions of a non-concurrent job, fires without a terminal event,
-// duplicate executions of one fireId (allowed, attributed to the fault before them), and the time
-// from a scheduler's death to the release of its claims. The seed fixes the load and the fault
+// duplicate executions of one fireId (allowed, attributed to the fault before them), the time
+// from a scheduler's death to the release of its claims, and processes that exited without
+// being told to (restarted, so the run goes on, but failing it). The seed fixes the load and the fault
 // plan, so a failing run can be replayed.
 //
 // cmd/agatechaos is the command (`make chaos`); TestChaosShort runs two minutes of it in

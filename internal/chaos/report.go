@@ -139,13 +139,13 @@ func WriteReport(w io.Writer, rep *Report) {
 	list("accepted commands LOST", r.LostCommands)
 	list("MISFIRES", r.Misfires)
 	list("triggers in ERROR", r.TriggerErrs)
-	list("processes that exited on their own", rep.Unexpected)
+	list("processes that EXITED on their own", rep.Unexpected)
 
 	fmt.Fprintln(w, "\nfault log (offset from the start of the window):")
 	for _, f := range rep.Faults {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
-	if v := r.Violations(); len(v) > 0 {
+	if v := rep.Violations(); len(v) > 0 {
 		fmt.Fprintf(w, "\nFAILED: %s\nseed %d; logs in %s\n", strings.Join(v, ", "), cfg.Seed, rep.Dir)
 	} else {
 		fmt.Fprintf(w, "\nPASSED: every invariant holds (seed %d)\n", cfg.Seed)
