@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/natsconn"
+	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/telemetry"
 )
 
@@ -32,12 +34,18 @@ const DurableName = "scheduler-commands"
 // every message of the batch is acked.
 func (h *Handler) Run(ctx context.Context, js jetstream.JetStream) error {
 	subjects := events.Subjects(h.cfg.Namespace)
-	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamCommands(h.cfg.Namespace), jetstream.ConsumerConfig{
-		Durable:       DurableName,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 1000,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+	// NATS may be restarting as the node starts: wait for it rather than stop the node.
+	var cons jetstream.Consumer
+	err := retry.Do(ctx, h.cfg.Logger, "creating the command consumer", natsconn.NotAnswering, func() error {
+		var err error
+		cons, err = js.CreateOrUpdateConsumer(ctx, events.StreamCommands(h.cfg.Namespace), jetstream.ConsumerConfig{
+			Durable:       DurableName,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       30 * time.Second,
+			MaxAckPending: 1000,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		return err
 	})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -19,7 +19,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/natsconn"
 	"github.com/agatesched/agate/internal/outbox"
+	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/telemetry"
 	"github.com/agatesched/agate/internal/testsignal"
@@ -129,12 +131,18 @@ const DurableName = "scheduler-done"
 
 // Run consumes until ctx is cancelled.
 func (c *Consumer) Run(ctx context.Context) error {
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, events.StreamDone(c.cfg.Namespace), jetstream.ConsumerConfig{
-		Durable:       DurableName,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 2 * heldBatches * c.cfg.Batch,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+	// NATS may be restarting as the node starts: wait for it rather than stop the node.
+	var cons jetstream.Consumer
+	err := retry.Do(ctx, c.cfg.Logger, "creating the completion consumer", natsconn.NotAnswering, func() error {
+		var err error
+		cons, err = c.js.CreateOrUpdateConsumer(ctx, events.StreamDone(c.cfg.Namespace), jetstream.ConsumerConfig{
+			Durable:       DurableName,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       30 * time.Second,
+			MaxAckPending: 2 * heldBatches * c.cfg.Batch,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		return err
 	})
 	if err != nil {
 		if ctx.Err() != nil {

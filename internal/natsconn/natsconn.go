@@ -6,6 +6,7 @@ package natsconn
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -13,7 +14,16 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
+
+// NotAnswering reports an error of a request NATS or JetStream did not answer: a server
+// restarting or out of reach, JetStream not up yet. Worth waiting out, unlike a refusal.
+func NotAnswering(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrConnectionReconnecting)
+}
 
 // Config says how to reach NATS.
 type Config struct {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/natsconn"
 	"github.com/agatesched/agate/internal/pending"
 	"github.com/agatesched/agate/internal/presence"
 	"github.com/agatesched/agate/internal/retry"
@@ -409,8 +410,7 @@ func (w *Worker) awaitStreams(ctx context.Context) (jetstream.Stream, error) {
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			msg = "waiting for a scheduler to create the streams of namespace " + ns
-		case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders),
-			errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		case natsconn.NotAnswering(err):
 			msg = "JetStream is not answering yet; waiting for it"
 		default:
 			return nil, fmt.Errorf("worker: looking up stream %s: %w", name, err)
