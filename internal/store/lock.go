@@ -218,6 +218,12 @@ func (l Locks) WaitPartitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, 
 	return l.partitionsAsMember(ctx, tx, ps, instanceID, m, d)
 }
 
+// isLockTimeout reports a statement that gave up waiting for a lock (lock_timeout).
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+}
+
 // partitionsAsMember is PartitionsAsMember, with lock_timeout set to wait (0: none) while it
 // takes the partitions.
 func (l Locks) partitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, instanceID string, m *Member, wait time.Duration) (time.Duration, error) {
@@ -252,7 +258,7 @@ func (l Locks) partitionsAsMember(ctx context.Context, tx pgx.Tx, ps []int, inst
 	for _, p := range ps {
 		var one int
 		err := br.QueryRow().Scan(&one)
-		if pgErr := (*pgconn.PgError)(nil); timed && errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		if timed && isLockTimeout(err) {
 			return waited, &PartitionHeldError{Partition: p, Wait: wait}
 		}
 		if err := lockErr(err, l.Namespace, l.name(p)); err != nil {
@@ -388,7 +394,7 @@ func (l Locks) AllWithin(ctx context.Context, tx pgx.Tx, d time.Duration) error 
 		return fmt.Errorf("setting the lock wait: %w", err)
 	}
 	if err := l.All(ctx, tx); err != nil {
-		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		if isLockTimeout(err) {
 			return fmt.Errorf("%w (%s): %w", ErrPartitionsHeld, d, err)
 		}
 		return err
