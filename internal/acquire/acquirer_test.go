@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/agatesched/agate/internal/acquire"
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
@@ -168,21 +166,6 @@ func TestRunOnceLooksAgainAtAHeavyFlowInOneTransaction(t *testing.T) {
 	}
 }
 
-// holdPartition takes lock partition p in a transaction of its own, as another node's pass
-// would, until the test rolls it back or ends.
-func holdPartition(t *testing.T, f *testenv.Fixture, p int) pgx.Tx {
-	t.Helper()
-	tx, err := f.Pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if err := f.Locks.Partition(t.Context(), tx, p); err != nil {
-		t.Fatal(err)
-	}
-	return tx
-}
-
 // heavyFlowPerPartition makes a heavy flow of 3 triggers in each of 4 partitions, due at
 // t0+500ms, runs the pass that finds it (claiming nothing) and sets the clock past their time.
 func heavyFlowPerPartition(t *testing.T, f *testenv.Fixture, clock *testenv.Clock, a *acquire.Acquirer) {
@@ -203,7 +186,7 @@ func heavyFlowPerPartition(t *testing.T, f *testenv.Fixture, clock *testenv.Cloc
 func TestRunOnceWaitsForAPartitionInAHeavyFlow(t *testing.T) {
 	f, clock, h, a := setupConfig(t, 4, func(c *acquire.Config) { c.HeavyLockWait = time.Minute })
 	heavyFlowPerPartition(t, f, clock, a)
-	tx := holdPartition(t, f, 2)
+	release := f.HoldPartition(t, 2)
 	type result struct {
 		res acquire.Result
 		err error
@@ -214,7 +197,7 @@ func TestRunOnceWaitsForAPartitionInAHeavyFlow(t *testing.T) {
 		done <- result{res, err}
 	}()
 	f.WaitLockWaiters(t, 1)
-	_ = tx.Rollback(t.Context())
+	release()
 	r := <-done
 	if r.err != nil || r.res.Busy != 0 || r.res.FiredNow != 10 || h.fires != 1 {
 		t.Fatalf("pass behind a held partition: %+v, %v, %d transactions; want a full batch fired in one, none busy", r.res, r.err, h.fires)
@@ -226,7 +209,7 @@ func TestRunOnceWaitsForAPartitionInAHeavyFlow(t *testing.T) {
 func TestRunOnceSkipsAPartitionHeldLongInAHeavyFlow(t *testing.T) {
 	f, clock, h, a := setup(t, 4)
 	heavyFlowPerPartition(t, f, clock, a)
-	holdPartition(t, f, 2)
+	f.HoldPartition(t, 2)
 	res, err := a.RunOnce(t.Context())
 	if err != nil || res.Busy != 1 || res.FiredNow != 9 {
 		t.Fatalf("pass with a partition held throughout: %+v, %v; want 9 fired, 1 busy", res, err)
@@ -285,11 +268,11 @@ func TestRunOnceSkipsHeldPartition(t *testing.T) {
 	f.Job(t, key("j"), false)
 	f.Trigger(t, key("due"), key("j"), testenv.Repeating(time.Minute), t0.Add(-time.Second))
 	p := f.Locks.PartitionOf("g", "j")
-	tx := holdPartition(t, f, p)
+	release := f.HoldPartition(t, p)
 	if res, err := a.RunOnce(t.Context()); err != nil || res.Claimed != 0 {
 		t.Fatalf("pass while partition %d is held: %+v, %v; want nothing claimed", p, res, err)
 	}
-	_ = tx.Rollback(t.Context())
+	release()
 	if res, err := a.RunOnce(t.Context()); err != nil || res.Claimed != 1 || len(h.now) != 1 {
 		t.Fatalf("pass after release: %+v, %v", res, err)
 	}
@@ -310,7 +293,7 @@ func TestRunOnceTakesALightFlowInOneTransaction(t *testing.T) {
 		f.Trigger(t, key(fmt.Sprint("ahead", p)), j, testenv.Repeating(time.Minute), t0.Add(900*time.Millisecond))
 	}
 	held := 2
-	tx := holdPartition(t, f, held)
+	release := f.HoldPartition(t, held)
 	res, err := a.RunOnce(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +313,7 @@ func TestRunOnceTakesALightFlowInOneTransaction(t *testing.T) {
 	}
 	// Released, the partition's triggers are claimed too (the due ones fired above are due
 	// again: this test's firer leaves the rows as they were).
-	_ = tx.Rollback(t.Context())
+	release()
 	h.now, h.later = nil, nil
 	if res, err := a.RunOnce(t.Context()); err != nil || res.Busy != 0 {
 		t.Fatalf("pass after release: %+v, %v", res, err)
