@@ -111,7 +111,8 @@ workloads then the peers in each round), reports each round, then the medians ov
 with the range of e2e/s, and Agate's ratio to each peer round by round.
 
 --profile DIR writes a CPU profile (--profile-seconds long, from T0) of every scheduler and
-worker process of each workload through its HTTP listener (` + cli.HTTPAddrEnv + ` with ` + cli.PprofEnv + `=true).
+worker process of each workload through its HTTP listener (` + cli.HTTPAddrEnv + ` with ` + cli.PprofEnv + `=true),
+and of nats-server through its --profile listener.
 Progress goes to stderr; the report (markdown, or JSON with -o json) to stdout. Run nothing
 else heavy on the machine while timing.`,
 		SilenceUsage:  true,
@@ -167,7 +168,7 @@ else heavy on the machine while timing.`,
 	f.DurationVar(&o.Lead, "lead", 0, "time from the start of scheduling to T0; 0 = 3s + 3 × the time the commands take at the calibrated rate")
 	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "per workload: how long after its last due time to wait for completions")
 	f.StringVar(&o.FiresOut, "fires-out", "", "write every fire of each workload (scheduled time after T0, fire and published lateness, node) as CSV into this directory")
-	f.StringVar(&o.Profile, "profile", "", "write CPU profiles of every scheduler and worker process into this directory (from T0; intake: per measurement)")
+	f.StringVar(&o.Profile, "profile", "", "write CPU profiles of every scheduler, worker and nats-server process into this directory (from T0; intake: per measurement)")
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 5, "length of each CPU profile")
 	f.BoolVar(&o.KeepDatabases, "keep-databases", false, "do not drop each workload's database when it ends (to look at them afterwards with --database-url); dropped, they leave autovacuum nothing to clean under the next workload")
 	f.StringSliceVar(&o.PGSet, "pg-set", nil, "diagnostics: ALTER DATABASE <workload db> SET name = 'value' before the nodes connect, e.g. enable_nestloop=off (repeatable)")

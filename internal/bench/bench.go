@@ -148,7 +148,7 @@ func Run(ctx context.Context, o Config, out, logw io.Writer) error {
 	}
 	o.PartitionsAtOnce = cmp.Or(o.PartitionsAtOnce, store.AtOnceDefault)
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	inf, err := startInfra(ctx, o.DatabaseURL, log)
+	inf, err := startInfra(ctx, o.DatabaseURL, o.Profile != "", log)
 	if err != nil {
 		return err
 	}

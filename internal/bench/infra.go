@@ -38,9 +38,11 @@ type infra struct {
 	bin     string
 	natsURL string
 	nats    *proc
+	// natsPprof is nats-server's profiling listener (its --profile port), with --profile.
+	natsPprof *pprofTarget
 }
 
-func startInfra(ctx context.Context, databaseURL string, log *slog.Logger) (*infra, error) {
+func startInfra(ctx context.Context, databaseURL string, profile bool, log *slog.Logger) (*infra, error) {
 	inf := &infra{baseURL: databaseURL}
 	dir, err := os.MkdirTemp("", "agatebench-")
 	if err != nil {
@@ -61,7 +63,7 @@ func startInfra(ctx context.Context, databaseURL string, log *slog.Logger) (*inf
 		inf.close(log)
 		return nil, fmt.Errorf("building the scheduler, worker and nats-server binaries: %w", err)
 	}
-	if err := inf.startNATS(ctx); err != nil {
+	if err := inf.startNATS(ctx, profile); err != nil {
 		inf.close(log)
 		return nil, err
 	}
@@ -73,16 +75,26 @@ func startInfra(ctx context.Context, databaseURL string, log *slog.Logger) (*inf
 	return inf, nil
 }
 
-// startNATS starts nats-server with JetStream (file store in the bench's directory) on a free port.
-func (inf *infra) startNATS(ctx context.Context) error {
+// startNATS starts nats-server with JetStream (file store in the bench's directory) on a free port;
+// with profile, its profiling listener too.
+func (inf *infra) startNATS(ctx context.Context, profile bool) error {
 	port, err := chaos.FreePort()
 	if err != nil {
 		return fmt.Errorf("finding a port for nats-server: %w", err)
 	}
 	inf.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	args := []string{"-js", "-sd", filepath.Join(inf.dir, "jetstream"), "-a", "127.0.0.1", "-p", strconv.Itoa(port)}
+	if profile {
+		pport, err := chaos.FreePort()
+		if err != nil {
+			return fmt.Errorf("finding a port for nats-server's profiles: %w", err)
+		}
+		// nats-server serves Go's /debug/pprof on its --profile port.
+		inf.natsPprof = &pprofTarget{name: "nats-server", addr: fmt.Sprintf("127.0.0.1:%d", pport)}
+		args = append(args, "--profile", strconv.Itoa(pport))
+	}
 	logPath := filepath.Join(inf.dir, "nats-server.log")
-	inf.nats, err = startProc(filepath.Join(inf.bin, "nats-server"), logPath, nil,
-		"-js", "-sd", filepath.Join(inf.dir, "jetstream"), "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	inf.nats, err = startProc(filepath.Join(inf.bin, "nats-server"), logPath, nil, args...)
 	if err != nil {
 		return err
 	}

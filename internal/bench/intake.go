@@ -391,8 +391,11 @@ func postmasterPIDs(dataDir string) []int {
 
 // profile starts a CPU profile of each process (through its pprof listener) for the
 // measurement about to start; the returned function waits for them and lists the files written.
-// Profiles last --profile-seconds.
+// Profiles last --profile-seconds. nats-server's is taken with the cluster's.
 func (b *bench) profile(ctx context.Context, targets []pprofTarget, name string) func() []string {
+	if len(targets) > 0 && b.inf.natsPprof != nil {
+		targets = append(slices.Clip(targets), *b.inf.natsPprof)
+	}
 	if len(targets) == 0 {
 		return func() []string { return nil }
 	}

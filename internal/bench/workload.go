@@ -342,6 +342,12 @@ func deleteStreams(js jetstream.JetStream, ns string, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, st := range []string{events.StreamCommands(ns), events.StreamFired(ns), events.StreamDone(ns), events.StreamEvents(ns)} {
+		// What the workload stored: nats-server's cost grows with the bytes it stores.
+		if s, err := js.Stream(ctx, st); err == nil && s.CachedInfo().State.Msgs > 0 {
+			state := s.CachedInfo().State
+			log.Info("workload: stream stored", "stream", st, "messages", state.Msgs, "bytes", state.Bytes,
+				"bytes_per_message", state.Bytes/state.Msgs)
+		}
 		if err := js.DeleteStream(ctx, st); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			log.Warn("deleting stream failed", "stream", st, "error", err)
 		}
