@@ -37,7 +37,7 @@ var queries = store.ParseQueries(queriesSQL)
 const (
 	BatchDefault   = 500
 	MaxWaitDefault = 50 * time.Millisecond
-	YieldDefault   = 3 * time.Second
+	YieldDefault   = 6 * time.Second
 )
 
 // Config configures a Consumer.
@@ -66,9 +66,9 @@ type Config struct {
 	// them), so that a steady flow costs JetStream no request. Nil: never.
 	FiresWaiting func() bool
 	// Yield is the longest the consumer waits while Backlogged; then it applies batches until
-	// it has caught up, and may wait again. Default 3s: with 1s, a burst of 20,000 on 2 nodes
-	// (about 1.5 s of fires) had its completions applied during its last half second of fires,
-	// and on 4 nodes during most of them (docs/performance.md).
+	// it has caught up, and may wait again. Default 6s: a burst of 20,000 on 4 nodes fires for
+	// 4–6 s on two cores, and with 3s its completions were applied during the last seconds of
+	// fires, up to 6,157 of them, taking the cores those fires needed (docs/performance.md).
 	Yield time.Duration
 	// Heavy reports whether the node fires a heavy flow (acquire.Acquirer.Heavy). Meanwhile the
 	// outcomes whose recording takes partition locks (a one-shot's end deletes its trigger and
