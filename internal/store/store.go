@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,13 @@ import (
 // partition at once. pgxpool's own default, the number of CPUs (at least 4), made them queue
 // for connections on small machines.
 const PoolSizeDefault = 16
+
+// IdleInTxTimeout is how long PostgreSQL lets one of Agate's transactions sit idle between
+// statements before it ends the session (idle_in_transaction_session_timeout): shorter than
+// the cut-off after which the cluster declares a silent node failed (2 × its check-in interval
+// + 7.5 s, 17.5 s by default), so that the recovery of a node frozen in a transaction finds its
+// lock partitions free.
+const IdleInTxTimeout = 10 * time.Second
 
 // Open connects a pool to the database at url and checks that it answers. maxConns 0 keeps the
 // URL's pool_max_conns, or PoolSizeDefault.
@@ -59,6 +67,15 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	// (TestHotStatementsProbeKeysOnTablesNeverAnalyzed). Inserts from array parameters, which
 	// read no table, keep a generic plan instead (CollectGeneric).
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	// A node frozen in the middle of a transaction (stopped, its VM paused, hung) would hold
+	// the lock rows it took until it went on, for ever if it never does: the other nodes set
+	// that partition aside and its triggers never fire. Agate's transactions never wait for
+	// anything but PostgreSQL between their statements, so one idle for IdleInTxTimeout is
+	// ended by the server and its locks go; its node gets an error and retries. A URL parameter
+	// idle_in_transaction_session_timeout=… (milliseconds) overrides this.
+	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTxTimeout.Milliseconds(), 10)
+	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "agate"
 	}
@@ -152,13 +169,14 @@ func lockErr(err error, namespace, name string) error {
 	return nil
 }
 
-// IsTransient reports whether err is worth retrying: a lost connection, a serialization failure
-// or a deadlock, as opposed to a bug or bad data.
+// IsTransient reports whether err is worth retrying: a lost connection, a serialization failure,
+// a deadlock or a transaction the server ended as idle (IdleInTxTimeout), as opposed to a bug or
+// bad data.
 func IsTransient(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006":
+		case "40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006", "25P03":
 			return true
 		}
 		return false
