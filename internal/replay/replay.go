@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agatesched/agate/internal/store"
 )
 
 // Options tune a replay.
@@ -81,6 +83,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, ns string, opts Options) (Repo
 		return rep, fmt.Errorf("replay: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	if err := store.AllowIdle(ctx, tx); err != nil {
+		return rep, fmt.Errorf("replay: %w", err)
+	}
 
 	start := time.Now()
 	st, snap, n, err := Project(ctx, tx, ns)

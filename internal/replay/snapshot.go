@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agatesched/agate/internal/store"
 )
 
 // snapshotForm is the stored form of a State: maps keyed by structs do not encode as JSON.
@@ -114,6 +116,9 @@ func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, ns string) (Snapshot,
 		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	if err := store.AllowIdle(ctx, tx); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
 	var fence uint64
 	if err := tx.QueryRow(ctx, `select pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&fence); err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: %w", err)

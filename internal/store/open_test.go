@@ -1,8 +1,11 @@
 package store_test
 
 import (
+	"context"
 	"net/url"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/store"
@@ -70,5 +73,42 @@ func TestAnIdleTransactionLosesItsLocks(t *testing.T) {
 	}
 	if !store.IsTransient(err) {
 		t.Errorf("the error of a transaction the server ended as idle is not transient: %v", err)
+	}
+}
+
+// A transaction that takes no lock row and may work long between statements (replay, a
+// snapshot) lifts the timeout for itself only.
+func TestAllowIdleLiftsTheTimeoutForOneTransaction(t *testing.T) {
+	ctx := t.Context()
+	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	show := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) string {
+		t.Helper()
+		var v string
+		if err := q.QueryRow(ctx, "show idle_in_transaction_session_timeout").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.AllowIdle(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if got := show(tx); got != "0" {
+		t.Errorf("in the transaction: %s, want 0", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := show(pool), store.IdleInTxTimeout.String(); got != want {
+		t.Errorf("after it, on the same connection: %s, want %s", got, want)
 	}
 }

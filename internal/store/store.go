@@ -35,6 +35,16 @@ const PoolSizeDefault = 16
 // lock partitions free.
 const IdleInTxTimeout = 10 * time.Second
 
+// AllowIdle lifts IdleInTxTimeout for the rest of tx, for a transaction that takes no lock row
+// and may work for long between two statements: a replay, or a snapshot of a large namespace,
+// encoding its state before it stores it.
+func AllowIdle(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, "set local idle_in_transaction_session_timeout = 0"); err != nil {
+		return fmt.Errorf("lifting the idle transaction timeout: %w", err)
+	}
+	return nil
+}
+
 // Open connects a pool to the database at url and checks that it answers. maxConns 0 keeps the
 // URL's pool_max_conns, or PoolSizeDefault.
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
