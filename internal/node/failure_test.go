@@ -458,8 +458,9 @@ func TestAbandonsExecutionsThatCanNoLongerFinish(t *testing.T) {
 }
 
 // A live node whose recovery pass waits for a lock longer than the check-in grace (held here as
-// a node paused inside a transaction would hold it) is not declared failed: its heartbeat checks
-// in on its own.
+// a node paused inside a transaction would hold it, the idle transaction timeout lifted: with the
+// harness's 1 s check-in the grace, 9.5 s, is shorter than store.IdleInTxTimeout) is not
+// declared failed: its heartbeat checks in on its own.
 func TestNodeWaitingForALockIsNotDeclaredFailed(t *testing.T) {
 	e := newEnv(t)
 	signals := map[string]*node.TestSignals{"n1": {}, "n2": {}}
@@ -472,6 +473,9 @@ func TestNodeWaitingForALockIsNotDeclaredFailed(t *testing.T) {
 	}
 	tx, err := e.pool.Begin(t.Context())
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.AllowIdle(t.Context(), tx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(t.Context(), `select 1 from locks where sched_name = $1 and lock_name = $2 for update`,
@@ -516,6 +520,9 @@ func TestRejoiningNodeWaitingForALockIsNotDeclaredFailedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := store.AllowIdle(t.Context(), tx); err != nil { // held past the grace, as above
+		t.Fatal(err)
+	}
 	if _, err := tx.Exec(t.Context(), `select 1 from locks where sched_name = $1 and lock_name = $2 for update`,
 		e.ns, store.LockStateAccess); err != nil {
 		t.Fatal(err)
