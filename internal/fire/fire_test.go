@@ -404,6 +404,43 @@ func TestQueueFiresOtherPartitionsWhileOneIsHeld(t *testing.T) {
 	}
 }
 
+// A node frozen in the middle of a transaction holds its partition until the server ends the
+// idle transaction (store.IdleInTxTimeout; a second here): the claims of that partition then
+// fire. Before the timeout they waited as long as the node stayed frozen, for ever if it never
+// went on.
+func TestQueueFiresAPartitionOnceAFrozenHoldersTransactionIsEnded(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
+	e := &env{f: f, clock: testenv.NewClock(time.Now()), outbox: ob,
+		firer: fire.New(fire.Config{Namespace: f.Namespace(), InstanceID: "n1", Now: time.Now})}
+	due := time.Now().Truncate(time.Millisecond)
+	j := key("frozen")
+	e.f.Job(t, j, false)
+	e.f.Trigger(t, j, j, testenv.Repeating(time.Minute), due)
+	c := e.claim(t, j, j, due, true, false)
+	c.Partition = f.Locks.PartitionOf(j.Group, j.Name)
+	f.FreezeInPartition(t, c.Partition, time.Second)
+
+	q := fire.NewQueue(fire.QueueConfig{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Now: time.Now}, ob, e.firer)
+	q.TestSignals.Fired.Init()
+	q.Add([]store.Claim{c})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- q.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	if n := q.TestSignals.Fired.Wait(t); n != 1 {
+		t.Fatalf("fired %d, want the claim of partition %d once its frozen holder's transaction was ended", n, c.Partition)
+	}
+	if got := f.State(t, j); got != store.StateWaiting {
+		t.Fatalf("trigger is %s after it fired, want %s", got, store.StateWaiting)
+	}
+}
+
 // Fencing: a claim fires only while the node that made it is a member under the claim's epoch.
 // A node declared failed (its epoch replaced) cannot fire what it claimed before.
 func TestFireRefusesClaimsOfAFencedEpoch(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io/fs"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -171,7 +172,8 @@ func (f *Fixture) Count(t testing.TB, sql string, args ...any) int {
 }
 
 // HoldPartition holds lock partition p in a transaction of its own, as a node stopped in the
-// middle of one does, until release (or the test's end).
+// middle of one does, until release, the test's end or store.IdleInTxTimeout (after which the
+// server ends it).
 func (f *Fixture) HoldPartition(t testing.TB, p int) (release func()) {
 	t.Helper()
 	holder, err := f.Pool.Begin(t.Context())
@@ -242,4 +244,25 @@ func (c *Clock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = t
+}
+
+// FreezeInPartition holds lock partition p as a node frozen in the middle of a transaction does,
+// for good: the transaction is never ended by the test, only by the server once it has been
+// idle for idle (its connection's idle_in_transaction_session_timeout).
+func (f *Fixture) FreezeInPartition(t testing.TB, p int, idle time.Duration) {
+	t.Helper()
+	cfg := f.Pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idle.Milliseconds(), 10)
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Locks.Partition(t.Context(), tx, p); err != nil {
+		t.Fatal(err)
+	}
 }
