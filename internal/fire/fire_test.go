@@ -37,6 +37,34 @@ func setup(t *testing.T) *env {
 		firer: fire.New(fire.Config{Namespace: f.Namespace(), InstanceID: "n1", Now: clock.Now})}
 }
 
+// setupRealTime is setup on the real clock, with partitions lock partitions: for the fire queue,
+// which waits for claims to come due.
+func setupRealTime(t *testing.T, partitions int) *env {
+	t.Helper()
+	f := testenv.NewFixture(t, partitions)
+	return &env{f: f, clock: testenv.NewClock(time.Now()), outbox: outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil),
+		firer: fire.New(fire.Config{Namespace: f.Namespace(), InstanceID: "n1", Now: time.Now})}
+}
+
+// runQueue runs a fire queue holding claims until the test ends; its Fired signal is ready.
+func (e *env) runQueue(t *testing.T, claims ...store.Claim) *fire.Queue {
+	t.Helper()
+	q := fire.NewQueue(fire.QueueConfig{Namespace: e.f.Namespace(), InstanceID: "n1", Locks: e.f.Locks, Now: time.Now},
+		e.outbox, e.firer)
+	q.TestSignals.Fired.Init()
+	q.Add(claims)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- q.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return q
+}
+
 // claim makes a claim of trigger k of job j, due at sched, as acquire would; an ahead claim also
 // gets its ACQUIRED trigger and fired row.
 func (e *env) claim(t *testing.T, k, j events.Key, sched time.Time, ahead, nonconcurrent bool) store.Claim {
@@ -298,10 +326,8 @@ func TestQueueFiresWhenDueAndReleasesOnStop(t *testing.T) {
 func TestQueueFiresFewClaimsInOneTransaction(t *testing.T) {
 	for _, n := range []int{3, store.SmallBatch + 1} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			f := testenv.NewFixture(t, 8)
-			ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
-			e := &env{f: f, clock: testenv.NewClock(time.Now()), outbox: ob,
-				firer: fire.New(fire.Config{Namespace: f.Namespace(), InstanceID: "n1", Now: time.Now})}
+			e := setupRealTime(t, 8)
+			f := e.f
 			due := time.Now().Truncate(time.Millisecond)
 			var claims []store.Claim
 			partitions := map[int]bool{}
@@ -317,7 +343,7 @@ func TestQueueFiresFewClaimsInOneTransaction(t *testing.T) {
 			if len(partitions) < 2 {
 				t.Fatalf("the claims fall in %d partition; the test needs several", len(partitions))
 			}
-			q := fire.NewQueue(fire.QueueConfig{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Now: time.Now}, ob, e.firer)
+			q := fire.NewQueue(fire.QueueConfig{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Now: time.Now}, e.outbox, e.firer)
 			q.TestSignals.Fired.Init()
 			q.Add(claims)
 			ctx, cancel := context.WithCancel(t.Context())
@@ -345,10 +371,8 @@ func TestQueueFiresFewClaimsInOneTransaction(t *testing.T) {
 // hold up the claims of the other partitions: they fire, and the held partition's claim fires
 // once it is free.
 func TestQueueFiresOtherPartitionsWhileOneIsHeld(t *testing.T) {
-	f := testenv.NewFixture(t, 8)
-	ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
-	e := &env{f: f, clock: testenv.NewClock(time.Now()), outbox: ob,
-		firer: fire.New(fire.Config{Namespace: f.Namespace(), InstanceID: "n1", Now: time.Now})}
+	e := setupRealTime(t, 8)
+	f := e.f
 	due := time.Now().Truncate(time.Millisecond)
 	byPartition := map[int]store.Claim{}
 	for i := 0; len(byPartition) < 2; i++ {
@@ -372,18 +396,7 @@ func TestQueueFiresOtherPartitionsWhileOneIsHeld(t *testing.T) {
 		}
 	}
 	release := f.HoldPartition(t, held.Partition)
-	q := fire.NewQueue(fire.QueueConfig{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Now: time.Now}, ob, e.firer)
-	q.TestSignals.Fired.Init()
-	q.Add([]store.Claim{held, free})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- q.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	q := e.runQueue(t, []store.Claim{held, free}...)
 	if n := q.TestSignals.Fired.Wait(t); n != 1 {
 		t.Fatalf("fired %d while partition %d was held, want the claim of partition %d", n, held.Partition, free.Partition)
 	}
@@ -409,10 +422,8 @@ func TestQueueFiresOtherPartitionsWhileOneIsHeld(t *testing.T) {
 // fire. Before the timeout they waited as long as the node stayed frozen, for ever if it never
 // went on.
 func TestQueueFiresAPartitionOnceAFrozenHoldersTransactionIsEnded(t *testing.T) {
-	f := testenv.NewFixture(t, 8)
-	ob := outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil)
-	e := &env{f: f, clock: testenv.NewClock(time.Now()), outbox: ob,
-		firer: fire.New(fire.Config{Namespace: f.Namespace(), InstanceID: "n1", Now: time.Now})}
+	e := setupRealTime(t, 8)
+	f := e.f
 	due := time.Now().Truncate(time.Millisecond)
 	j := key("frozen")
 	e.f.Job(t, j, false)
@@ -421,18 +432,7 @@ func TestQueueFiresAPartitionOnceAFrozenHoldersTransactionIsEnded(t *testing.T) 
 	c.Partition = f.Locks.PartitionOf(j.Group, j.Name)
 	f.FreezeInPartition(t, c.Partition, time.Second)
 
-	q := fire.NewQueue(fire.QueueConfig{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Now: time.Now}, ob, e.firer)
-	q.TestSignals.Fired.Init()
-	q.Add([]store.Claim{c})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- q.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	q := e.runQueue(t, []store.Claim{c}...)
 	if n := q.TestSignals.Fired.Wait(t); n != 1 {
 		t.Fatalf("fired %d, want the claim of partition %d once its frozen holder's transaction was ended", n, c.Partition)
 	}

@@ -37,7 +37,7 @@ func TestAnIdleTransactionLosesItsLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := u.Query()
-	q.Set("idle_in_transaction_session_timeout", "300")
+	q.Set(store.IdleInTxParam, "300")
 	u.RawQuery = q.Encode()
 	frozen, err := store.Open(ctx, u.String(), 1)
 	if err != nil {

@@ -35,6 +35,9 @@ const PoolSizeDefault = 16
 // lock partitions free.
 const IdleInTxTimeout = 10 * time.Second
 
+// IdleInTxParam is the connection parameter (and URL parameter) that sets it, in milliseconds.
+const IdleInTxParam = "idle_in_transaction_session_timeout"
+
 // AllowIdle lifts IdleInTxTimeout for the rest of tx, for a transaction that takes no lock row
 // and may work for long between two statements: a replay, or a snapshot of a large namespace,
 // encoding its state before it stores it.
@@ -83,8 +86,8 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	// anything but PostgreSQL between their statements, so one idle for IdleInTxTimeout is
 	// ended by the server and its locks go; its node gets an error and retries. A URL parameter
 	// idle_in_transaction_session_timeout=… (milliseconds) overrides this.
-	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
-		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTxTimeout.Milliseconds(), 10)
+	if _, ok := cfg.ConnConfig.RuntimeParams[IdleInTxParam]; !ok {
+		cfg.ConnConfig.RuntimeParams[IdleInTxParam] = strconv.FormatInt(IdleInTxTimeout.Milliseconds(), 10)
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "agate"

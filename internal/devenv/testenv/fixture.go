@@ -252,7 +252,7 @@ func (c *Clock) Set(t time.Time) {
 func (f *Fixture) FreezeInPartition(t testing.TB, p int, idle time.Duration) {
 	t.Helper()
 	cfg := f.Pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idle.Milliseconds(), 10)
+	cfg.RuntimeParams[store.IdleInTxParam] = strconv.FormatInt(idle.Milliseconds(), 10)
 	conn, err := pgx.ConnectConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
