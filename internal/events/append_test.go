@@ -158,4 +158,19 @@ func BenchmarkEncodeJobFired(b *testing.B) {
 			}
 		}
 	})
+	// The whole NATS message of the event, as the outbox publishes it.
+	b.Run("Message", func(b *testing.B) {
+		ev, err := New(TypeJobFired, Source("default", "sched-1"), AggregateJob, "reports.daily-stats",
+			Subjects("default").Fired("http"), time.Now(), fired)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ev.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Message(ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -121,3 +121,34 @@ func TestAppendJSONIsEncodingJSON(t *testing.T) {
 		t.Error("AppendJSON accepted the year 10000")
 	}
 }
+
+// Message sizes an event's body in one allocation: sizeHint holds the envelope's JSON whatever
+// the time's zone and fraction, and the message carries the headers the contract names.
+func TestMessageBodyFitsItsSizeHint(t *testing.T) {
+	next := time.Date(2026, 12, 3, 18, 0, 0, 0, time.FixedZone("x", -9*3600-30*60))
+	fired := JobFired{FireID: uuid.Must(uuid.NewV7()), Job: JobRef{Group: "reports", Name: "daily-stats", Type: "http"},
+		Trigger: Key{Group: "reports", Name: "nightly"}, Data: json.RawMessage(`{"url":"http://reports.internal/run"}`),
+		ScheduledTime: next, FiredTime: next.Add(123456789), NextFireTime: &next, Timeout: "5m0s", TriggerState: "WAITING", TimesTriggered: 2}
+	ev, err := New(TypeJobFired, Source("default", "sched-1"), AggregateJob, "reports.daily-stats", Subjects("default").Fired("http"),
+		time.Date(2026, 12, 3, 18, 0, 0, 123456789, time.FixedZone("y", 14*3600)), fired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.TraceParent, ev.TraceState = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v"
+	msg, err := Message(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hint := ev.Envelope().sizeHint(); len(msg.Data) > hint || cap(msg.Data) != hint {
+		t.Errorf("body of %d bytes in a buffer of %d, size hint %d: the buffer was grown", len(msg.Data), cap(msg.Data), hint)
+	}
+	for k, want := range map[string]string{"Nats-Msg-Id": ev.ID.String(), "Content-Type": "application/cloudevents+json",
+		"traceparent": ev.TraceParent, "tracestate": "k=v"} {
+		if got := msg.Header.Get(k); got != want {
+			t.Errorf("header %s = %q, want %q", k, got, want)
+		}
+	}
+	if msg.Subject != ev.Topic {
+		t.Errorf("subject %q, want %q", msg.Subject, ev.Topic)
+	}
+}
