@@ -276,13 +276,7 @@ func (w *Worker) publish(ctx context.Context, typ, key string, now time.Time, re
 	deadline := time.Now().Add(publishRetryFor)
 	delay := 100 * time.Millisecond
 	for {
-		// A reconnect ends the wait for the PubAck: an acknowledgement lost with the old connection
-		// never comes, and publishing again is safe (same Nats-Msg-Id: JetStream drops the copy).
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		stopOnReconnect := context.AfterFunc(w.reconnected.context(), cancel)
-		err = w.store(pctx, msg)
-		stopOnReconnect()
-		cancel()
+		err = w.store(ctx, msg)
 		if err == nil {
 			return nil
 		}
@@ -298,20 +292,37 @@ func (w *Worker) publish(ctx context.Context, typ, key string, now time.Time, re
 	}
 }
 
-// store publishes msg and waits until JetStream stored it. The publish is asynchronous, so the
-// acknowledgement is read on the NATS client's one reply goroutine instead of the job's: reading
-// it grew every job goroutine's stack (runtime.copystack, a tenth of a worker's CPU in a steady
-// flow). The client bounds the acknowledgements awaited at once (PublishAsyncMaxPending).
+// pubAckWait bounds the wait for one publish's acknowledgement.
+const pubAckWait = 5 * time.Second
+
+// errReconnected ends a wait for a PubAck that went with the old connection.
+var errReconnected = errors.New("the NATS connection was re-established while waiting for JetStream's acknowledgement")
+
+// store publishes msg and waits until JetStream stored it, for up to pubAckWait. The publish is
+// asynchronous, so the acknowledgement is read on the NATS client's one reply goroutine instead
+// of the job's: reading it grew every job goroutine's stack (runtime.copystack, a tenth of a
+// worker's CPU in a steady flow). The client bounds the acknowledgements awaited at once
+// (PublishAsyncMaxPending). A reconnect ends the wait: an acknowledgement lost with the old
+// connection never comes, and publishing again is safe (same Nats-Msg-Id: JetStream drops the
+// copy). The wait selects on a timer and the reconnect rather than deriving a context with a
+// deadline and an AfterFunc per publish, which registered with contexts every job shares.
 func (w *Worker) store(ctx context.Context, msg *nats.Msg) error {
+	reconnected := w.reconnected.context().Done()
 	f, err := w.js.PublishMsgAsync(msg)
 	if err != nil {
 		return err
 	}
+	t := time.NewTimer(pubAckWait)
+	defer t.Stop()
 	select {
 	case <-f.Ok():
 		return nil
 	case err := <-f.Err():
 		return err
+	case <-reconnected:
+		return errReconnected
+	case <-t.C:
+		return fmt.Errorf("no acknowledgement from JetStream within %s: %w", pubAckWait, context.DeadlineExceeded)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
