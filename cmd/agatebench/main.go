@@ -82,8 +82,10 @@ Figures:
                 pg_stat_database xact_commit and tup_inserted+tup_updated+tup_deleted of the
                 workload database from T0 to the end, / fires
   top statements  pg_stat_statements (reset right before T0) by total time, calls per fire
-  CPU s         per process over the measured interval: postgres (postmaster and backends),
-                nats-server, each scheduler, each worker, the bench; and all of them per fire
+  CPU s         per process over the measured interval: postgres (postmaster and backends; with
+                --database-url when the server runs on this machine and its data_directory
+                can be read), nats-server, each scheduler, each worker, the bench; and all of
+                them per fire
 
 Workloads:
   burst     N one-shot triggers all due at T0 (Quartz's W1), on each count of --burst-nodes.

@@ -130,8 +130,8 @@ func (c *cluster) stop() {
 // and worker, and the bench.
 func (b *bench) pids(c *cluster) map[string][]int {
 	pids := map[string][]int{"nats-server": {b.inf.nats.pid()}, "bench": {os.Getpid()}}
-	if b.inf.pg != nil {
-		pids["postgres"] = postmasterPIDs(b.inf.pg.DataDir())
+	if p := b.inf.postgresPIDs(); p != nil {
+		pids["postgres"] = p
 	}
 	for _, p := range c.schedulers {
 		pids["scheduler "+p.name] = []int{p.pid()}

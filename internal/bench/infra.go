@@ -33,6 +33,11 @@ type infra struct {
 	settings map[string]string
 	// statements: pg_stat_statements is loaded on the server (the private one preloads it).
 	statements bool
+	// pgDataDir is the server's data directory when it is on this machine: the private one's,
+	// or a --database-url server's whose postmaster.pid this process can read and that names
+	// the same server (pgStarted). Its postmaster's CPU is then reported.
+	pgDataDir string
+	pgStarted int64 // the server's start, Unix seconds (pg_postmaster_start_time)
 
 	dir     string // logs, binaries, JetStream store
 	bin     string
@@ -110,13 +115,14 @@ func (inf *infra) readServer(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := conn.QueryRow(ctx, `select version()`).Scan(&inf.pgInfo); err != nil {
+	if err := conn.QueryRow(ctx, `select version(), floor(extract(epoch from pg_postmaster_start_time()))::bigint`).
+		Scan(&inf.pgInfo, &inf.pgStarted); err != nil {
 		return fmt.Errorf("reading server version: %w", err)
 	}
 	inf.settings = map[string]string{}
 	rows, err := conn.Query(ctx, `select name, setting from pg_settings
 		where name in ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'max_connections',
-		'wal_sync_method', 'shared_preload_libraries')`)
+		'wal_sync_method', 'shared_preload_libraries', 'data_directory', 'port')`)
 	if err != nil {
 		return fmt.Errorf("reading server settings: %w", err)
 	}
@@ -133,6 +139,12 @@ func (inf *infra) readServer(ctx context.Context, log *slog.Logger) error {
 	if !inf.fsyncOn {
 		log.Warn("PostgreSQL runs without full durability; figures are not those of a production setup",
 			"fsync", inf.settings["fsync"], "synchronous_commit", inf.settings["synchronous_commit"])
+	}
+	inf.pgDataDir = inf.settings["data_directory"] // readable by a superuser (or pg_read_all_settings)
+	delete(inf.settings, "data_directory")
+	if inf.pg == nil && postmasterPIDs(inf.pgDataDir, inf.settings["port"], inf.pgStarted) == nil {
+		log.Info("PostgreSQL's CPU is not reported: the server given is not on this machine, or its data directory cannot be read",
+			"data_directory", inf.pgDataDir)
 	}
 	inf.statements = strings.Contains(inf.settings["shared_preload_libraries"], "pg_stat_statements")
 	if !inf.statements {

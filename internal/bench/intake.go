@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,7 +41,7 @@ type IntakeResult struct {
 	AppliedPerSec float64 `json:"appliedPerSec,omitempty"`
 	Rejected      int     `json:"rejected"`
 	// CPU is the CPU seconds each kind of process used during the measurement: postgres (the
-	// private server's processes), nats-server, scheduler (all nodes) and bench (the producer).
+	// server's processes, when it is on this machine), nats-server, scheduler (all nodes) and bench (the producer).
 	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
 	// CommitsPerCommand and WritesPerCommand: pg_stat_database xact_commit and tup_inserted +
 	// tup_updated + tup_deleted over the measurement, per command; Statements its top statements.
@@ -371,22 +370,38 @@ func childPIDs(pid int) []int {
 	return out
 }
 
-// postmasterPIDs is the postmaster of the data directory (first line of postmaster.pid).
-func postmasterPIDs(dataDir string) []int {
-	f, err := os.Open(filepath.Join(dataDir, "postmaster.pid"))
+// postmasterPIDs is the postmaster of the data directory (the first line of postmaster.pid),
+// when the file names the server the bench is connected to: its port, and its start time within
+// a second of started (Unix seconds; the file and pg_postmaster_start_time take the time at two
+// moments of the start). A server elsewhere may have the same data directory's path as one
+// here; nil then, and when the file cannot be read.
+func postmasterPIDs(dataDir, port string, started int64) []int {
+	if dataDir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	if !sc.Scan() {
+	// postmaster.pid: PID, data directory, start time, port, then sockets, address, shared memory, status.
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 4 || strings.TrimSpace(lines[3]) != port {
 		return nil
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(sc.Text()))
+	if t, err := strconv.ParseInt(strings.TrimSpace(lines[2]), 10, 64); err != nil || max(t-started, started-t) > 1 {
+		return nil
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
 	if err != nil {
 		return nil
 	}
 	return []int{pid}
+}
+
+// postgresPIDs is PostgreSQL's postmaster when the server is on this machine (see
+// postmasterPIDs), nil otherwise.
+func (inf *infra) postgresPIDs() []int {
+	return postmasterPIDs(inf.pgDataDir, inf.settings["port"], inf.pgStarted)
 }
 
 // profile starts a CPU profile of each process (through its pprof listener) for the
@@ -462,8 +477,8 @@ func (b *bench) runRiver(ctx context.Context) (IntakeResult, error) {
 	}
 	defer b.inf.dropDB(ctx, dbName, b.log)
 	pids := map[string][]int{}
-	if b.inf.pg != nil {
-		pids["postgres"] = postmasterPIDs(b.inf.pg.DataDir())
+	if p := b.inf.postgresPIDs(); p != nil {
+		pids["postgres"] = p
 	}
 	// Built first, so that the measurement is not the compiler's.
 	exe := filepath.Join(os.TempDir(), "agatebench-river")

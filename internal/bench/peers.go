@@ -36,7 +36,7 @@ type PeerResult struct {
 	Duplicates int     `json:"duplicates"`
 	Missing    int     `json:"missing"`
 	// CPU is the CPU seconds used from T0 to the end of the measurement by PostgreSQL
-	// ("postgres", the private server only) and by the peer's processes ("river" or "quartz").
+	// ("postgres", when the server is on this machine: infra.postgresPIDs) and by the peer's processes ("river" or "quartz").
 	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
 }
 
@@ -188,8 +188,8 @@ func (b *bench) runPeer(ctx context.Context, cmd *exec.Cmd, peer string, n, proc
 
 	var mu sync.Mutex
 	pids := map[string][]int{}
-	if b.inf.pg != nil {
-		pids["postgres"] = postmasterPIDs(b.inf.pg.DataDir())
+	if p := b.inf.postgresPIDs(); p != nil {
+		pids["postgres"] = p
 	}
 	var atT0, atDone map[string]float64
 	var t0Timer *time.Timer

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,5 +51,36 @@ func TestQuartzUnavailable(t *testing.T) {
 	_, err := b.runQuartzBurst(context.Background(), 10, 1)
 	if !errors.Is(err, ErrPeerUnavailable) {
 		t.Fatalf("got %v, want ErrPeerUnavailable", err)
+	}
+}
+
+// The postmaster whose CPU is reported is the one postmaster.pid names only when the file is
+// the connected server's: the same port and a start within a second.
+func TestPostmasterPIDsChecksTheServer(t *testing.T) {
+	dir := t.TempDir()
+	if got := postmasterPIDs(dir, "5432", 1764400000); got != nil {
+		t.Errorf("no postmaster.pid: %v, want nil", got)
+	}
+	pidFile := "4242\n" + dir + "\n1764400000\n5432\n/var/run/postgresql\n127.0.0.1\n  1234567         0\nready   \n"
+	if err := os.WriteFile(filepath.Join(dir, "postmaster.pid"), []byte(pidFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		port    string
+		started int64
+		want    []int
+	}{
+		{"5432", 1764400000, []int{4242}},
+		{"5432", 1764400001, []int{4242}},
+		{"5432", 1764399999, []int{4242}},
+		{"5433", 1764400000, nil},
+		{"5432", 1764400002, nil},
+	} {
+		if got := postmasterPIDs(dir, c.port, c.started); !slices.Equal(got, c.want) {
+			t.Errorf("port %s, started %d: %v, want %v", c.port, c.started, got, c.want)
+		}
+	}
+	if got := postmasterPIDs("", "5432", 1764400000); got != nil {
+		t.Errorf("no data directory: %v, want nil", got)
 	}
 }
