@@ -33,9 +33,9 @@ type infra struct {
 	settings map[string]string
 	// statements: pg_stat_statements is loaded on the server (the private one preloads it).
 	statements bool
-	// pgDataDir is the server's data directory when it is on this machine: the private one's,
-	// or a --database-url server's whose postmaster.pid this process can read and that names
-	// the same server (pgStarted). Its postmaster's CPU is then reported.
+	// pgDataDir is the server's data directory as it reports it ("" when the bench's role may
+	// not read it). Its postmaster's CPU is reported when the directory is on this machine and
+	// its postmaster.pid names this server (postgresPIDs).
 	pgDataDir string
 	pgStarted int64 // the server's start, Unix seconds (pg_postmaster_start_time)
 
@@ -142,7 +142,7 @@ func (inf *infra) readServer(ctx context.Context, log *slog.Logger) error {
 	}
 	inf.pgDataDir = inf.settings["data_directory"] // readable by a superuser (or pg_read_all_settings)
 	delete(inf.settings, "data_directory")
-	if inf.pg == nil && postmasterPIDs(inf.pgDataDir, inf.settings["port"], inf.pgStarted) == nil {
+	if inf.pg == nil && inf.postgresPIDs() == nil {
 		log.Info("PostgreSQL's CPU is not reported: the server given is not on this machine, or its data directory cannot be read",
 			"data_directory", inf.pgDataDir)
 	}

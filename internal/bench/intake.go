@@ -41,7 +41,8 @@ type IntakeResult struct {
 	AppliedPerSec float64 `json:"appliedPerSec,omitempty"`
 	Rejected      int     `json:"rejected"`
 	// CPU is the CPU seconds each kind of process used during the measurement: postgres (the
-	// server's processes, when it is on this machine), nats-server, scheduler (all nodes) and bench (the producer).
+	// server's processes, when it is on this machine), nats-server, scheduler (all nodes) and
+	// bench (the producer).
 	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
 	// CommitsPerCommand and WritesPerCommand: pg_stat_database xact_commit and tup_inserted +
 	// tup_updated + tup_deleted over the measurement, per command; Statements its top statements.

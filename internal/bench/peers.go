@@ -36,7 +36,8 @@ type PeerResult struct {
 	Duplicates int     `json:"duplicates"`
 	Missing    int     `json:"missing"`
 	// CPU is the CPU seconds used from T0 to the end of the measurement by PostgreSQL
-	// ("postgres", when the server is on this machine: infra.postgresPIDs) and by the peer's processes ("river" or "quartz").
+	// ("postgres", when the server is on this machine: infra.postgresPIDs) and by the peer's
+	// processes ("river" or "quartz").
 	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
 }
 

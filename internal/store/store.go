@@ -42,7 +42,7 @@ const IdleInTxParam = "idle_in_transaction_session_timeout"
 // and may work for long between two statements: a replay, or a snapshot of a large namespace,
 // encoding its state before it stores it.
 func AllowIdle(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, "set local idle_in_transaction_session_timeout = 0"); err != nil {
+	if _, err := tx.Exec(ctx, "set local "+IdleInTxParam+" = 0"); err != nil {
 		return fmt.Errorf("lifting the idle transaction timeout: %w", err)
 	}
 	return nil
