@@ -151,7 +151,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("creating completion consumer: %w", err)
 	}
 	defer c.giveBack()
-	full := false // the last fetch came back with a whole batch
+	full := false // the last fetch came back with all it asked for
+	perMsg := 1.0 // outcomes a message held in the last fetch: workers batch them
 	y := &yielder{max: c.cfg.Yield}
 	y.backlogged = func() bool { return c.behind(full || y.waiting()) }
 	for ctx.Err() == nil {
@@ -160,7 +161,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 			sleep(ctx, d)
 			continue
 		}
-		batch, err := cons.Fetch(c.cfg.Batch, jetstream.FetchMaxWait(c.cfg.MaxWait))
+		want := c.fetchSize(perMsg)
+		batch, err := cons.Fetch(want, jetstream.FetchMaxWait(c.cfg.MaxWait))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -176,16 +178,23 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 			c.cfg.Logger.DebugContext(ctx, "completion fetch ended", slog.Any("error", err))
 		}
-		full = len(msgs) == c.cfg.Batch
+		full = len(msgs) == want
 		if !full {
 			y.caughtUp()
 		}
 		if len(msgs) == 0 {
 			continue
 		}
-		c.handle(ctx, msgs)
+		perMsg = float64(max(1, c.handle(ctx, msgs))) / float64(len(msgs))
 	}
 	return nil
+}
+
+// fetchSize is how many messages to fetch so that they hold about a batch of outcomes, when
+// messages held perMsg of them each last time: a transaction and the outcomes in memory stay
+// about Config.Batch, whether workers batch their outcomes or not.
+func (c *Consumer) fetchSize(perMsg float64) int {
+	return max(1, min(c.cfg.Batch, int(float64(c.cfg.Batch)/perMsg)))
 }
 
 // behind reports whether fires are behind (Config.Backlogged, and Config.FiresWaiting when
@@ -257,28 +266,67 @@ type Outcome struct {
 }
 
 // handle decodes msgs, records at once the outcomes that need no partition lock (Apply), and
-// holds back the others for flush.
-func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) {
+// holds back the others for flush. It returns how many outcomes the messages held.
+func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) int {
 	ps := make([]pending, 0, len(msgs))
 	for _, m := range msgs {
-		o, err := decode(m)
-		if err != nil {
-			// Garbage cannot become valid by redelivery: say so and drop it.
-			c.cfg.Logger.ErrorContext(ctx, "dropping malformed completion message",
-				slog.String("subject", m.Subject()), slog.Any("error", err))
-			_ = m.Term()
-			continue
-		}
-		ps = append(ps, pending{out: o, msg: m, span: c.startSpan(ctx, o, m, len(msgs))})
+		ps = c.decodeAll(ctx, m, ps)
 	}
 	if len(ps) == 0 {
-		return
+		return 0
+	}
+	for i := range ps {
+		ps[i].span = c.startSpan(ctx, ps[i].out, ps[i].msg, len(ps))
 	}
 	rest := c.record(ctx, ps, c.applyUnlocked)
 	if len(rest) > 0 && len(c.held) == 0 {
 		c.heldSince = time.Now()
 	}
 	c.held = append(c.held, rest...) // Run's loop flushes them when they have waited enough
+	return len(ps)
+}
+
+// decodeAll appends to ps the outcomes m holds: one, or each of a worker's batch
+// (events.BatchMessage), which share m through a batchShare. Garbage cannot become valid by
+// redelivery: it is logged and dropped, a batch's valid outcomes recorded all the same.
+func (c *Consumer) decodeAll(ctx context.Context, m jetstream.Msg, ps []pending) []pending {
+	drop := func(err error) {
+		c.cfg.Logger.ErrorContext(ctx, "dropping malformed completion message",
+			slog.String("subject", m.Subject()), slog.Any("error", err))
+	}
+	bodies, err := events.Bodies(m.Headers(), m.Data())
+	if err != nil {
+		drop(err)
+		_ = m.Term()
+		return ps
+	}
+	if len(bodies) == 1 && m.Headers().Get("Content-Type") != events.ContentTypeBatch {
+		o, err := decode(m, bodies[0])
+		if err != nil {
+			drop(err)
+			_ = m.Term()
+			return ps
+		}
+		return append(ps, pending{out: o, msg: m})
+	}
+	outs := make([]Outcome, 0, len(bodies))
+	for i, b := range bodies {
+		o, err := decode(m, b)
+		if err != nil {
+			drop(fmt.Errorf("outcome %d of %d in a batch: %w", i+1, len(bodies), err))
+			continue
+		}
+		outs = append(outs, o)
+	}
+	if len(outs) == 0 {
+		_ = m.Term()
+		return ps
+	}
+	share := newBatchShare(m, len(outs))
+	for _, o := range outs {
+		ps = append(ps, pending{out: o, msg: share})
+	}
+	return ps
 }
 
 // flush records the held outcomes under their partitions' locks, unless they wait longer
@@ -419,9 +467,11 @@ func (c *Consumer) record(ctx context.Context, ps []pending, apply func(context.
 	return rest
 }
 
-func decode(m jetstream.Msg) (Outcome, error) {
+// decode reads one outcome's envelope, body, of message m. Its trace context is the envelope's
+// (an element of a batch) or the message's headers.
+func decode(m jetstream.Msg, body []byte) (Outcome, error) {
 	var o Outcome
-	env, err := events.DecodeRaw(m.Data(), &o.Result)
+	env, err := events.DecodeRaw(body, &o.Result)
 	if err != nil {
 		return o, err
 	}
@@ -436,7 +486,7 @@ func decode(m jetstream.Msg) (Outcome, error) {
 	o.Event = events.Event{
 		ID: id, Type: env.Type, Source: env.Source, Subject: env.Subject, Time: env.Time, Data: env.Data,
 		Aggregate: events.AggregateJob, AggregateID: o.Result.Job.Key().String(),
-		TraceParent: m.Headers().Get("traceparent"),
+		TraceParent: cmp.Or(env.TraceParent, m.Headers().Get("traceparent")),
 	}
 	return o, nil
 }

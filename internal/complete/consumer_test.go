@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/complete"
 	"github.com/agatesched/agate/internal/devenv/testenv"
@@ -274,6 +276,59 @@ func TestApplyTakesTheLocksForTheEndOfALastFire(t *testing.T) {
 	}
 }
 
+// twoPartitions leaves two one-shots' last fires executing, of jobs in two lock partitions of
+// f: held and free, the lower and the higher.
+func twoPartitions(t *testing.T, f *testenv.Fixture) (fires map[int]uuid.UUID, jobs map[int]events.Key, held, free int) {
+	t.Helper()
+	fires, jobs = map[int]uuid.UUID{}, map[int]events.Key{}
+	for i := 0; len(fires) < 2; i++ {
+		j := key(fmt.Sprint("j", i))
+		p := f.Locks.PartitionOf(j.Group, j.Name)
+		if _, ok := fires[p]; ok {
+			continue
+		}
+		f.Job(t, j, false)
+		fires[p], jobs[p] = executing(t, f, key(fmt.Sprint("t", i)), j, store.StateComplete, false), j
+	}
+	ps := slices.Sorted(maps.Keys(fires))
+	return fires, jobs, ps[0], ps[1]
+}
+
+// completed is the JobCompleted a worker publishes for fire id of job j, a one-shot's last fire.
+func completed(t *testing.T, ns string, j events.Key, id uuid.UUID) events.Event {
+	t.Helper()
+	res := events.JobResult{FireID: id, Job: events.JobRef{Group: j.Group, Name: j.Name, Type: "noop"},
+		TriggerState: store.StateComplete}
+	ev, err := events.New(events.TypeJobCompleted, "agate/test/w1", events.AggregateJob, j.String(),
+		events.Subjects(ns).Done("noop"), time.Now(), res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// startConsumer runs a consumer of f's namespace until the returned stop.
+func startConsumer(t *testing.T, f *testenv.Fixture, js jetstream.JetStream) (c *complete.Consumer, stop func()) {
+	t.Helper()
+	c = complete.New(complete.Config{Namespace: f.Namespace(), InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
+		outbox.New(outbox.Config{Namespace: f.Namespace()}, f.Pool, nil), js)
+	c.TestSignals.Applied.Init()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return c, stop
+}
+
 // A partition that another transaction holds (a node stopped in the middle of one) does not
 // hold up the completions of the other partitions: they are recorded, and the held partition's
 // once it is free.
@@ -284,36 +339,10 @@ func TestConsumerRecordsOtherPartitionsWhileOneIsHeld(t *testing.T) {
 	if err := events.EnsureStreams(t.Context(), js, ns); err != nil {
 		t.Fatal(err)
 	}
-	// Two one-shots' last fires, executing, of jobs in two partitions.
-	fires := map[int]uuid.UUID{}
-	jobs := map[int]events.Key{}
-	for i := 0; len(fires) < 2; i++ {
-		j := key(fmt.Sprint("j", i))
-		p := f.Locks.PartitionOf(j.Group, j.Name)
-		if _, ok := fires[p]; ok {
-			continue
-		}
-		f.Job(t, j, false)
-		fires[p], jobs[p] = executing(t, f, key(fmt.Sprint("t", i)), j, store.StateComplete, false), j
-	}
-	var held, free int
-	for i, p := range slices.Sorted(maps.Keys(fires)) {
-		if i == 0 {
-			held = p
-		} else {
-			free = p
-		}
-	}
+	fires, jobs, held, free := twoPartitions(t, f)
 	release := f.HoldPartition(t, held)
 	for _, p := range []int{held, free} {
-		res := events.JobResult{FireID: fires[p], Job: events.JobRef{Group: jobs[p].Group, Name: jobs[p].Name, Type: "noop"},
-			TriggerState: store.StateComplete}
-		ev, err := events.New(events.TypeJobCompleted, "agate/test/w1", events.AggregateJob, jobs[p].String(),
-			events.Subjects(ns).Done("noop"), time.Now(), res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg, err := events.Message(ev)
+		msg, err := events.Message(completed(t, ns, jobs[p], fires[p]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,18 +350,7 @@ func TestConsumerRecordsOtherPartitionsWhileOneIsHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := complete.New(complete.Config{Namespace: ns, InstanceID: "n1", Locks: f.Locks, Wake: wake.New()},
-		outbox.New(outbox.Config{Namespace: ns}, f.Pool, nil), js)
-	c.TestSignals.Applied.Init()
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	c, _ := startConsumer(t, f, js)
 	executing := func(p int) bool {
 		return f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and entry_id = $2`, fires[p]) == 1
 	}
@@ -349,5 +367,67 @@ func TestConsumerRecordsOtherPartitionsWhileOneIsHeld(t *testing.T) {
 	}
 	if executing(held) {
 		t.Fatalf("the execution of partition %d did not end once it was free", held)
+	}
+}
+
+// A worker's batch of outcomes (events.BatchMessage) is acknowledged once every outcome in it
+// is recorded. Given back half recorded (its node stopped while one outcome waited for a
+// partition), it is delivered again, and the outcome recorded before is not recorded twice.
+// An element that is no outcome is dropped; the others are recorded all the same.
+func TestConsumerAcksABatchOnceEveryOutcomeIsRecorded(t *testing.T) {
+	f := testenv.NewFixture(t, 8)
+	ns := f.Namespace()
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	if err := events.EnsureStreams(t.Context(), js, ns); err != nil {
+		t.Fatal(err)
+	}
+	fires, jobs, held, free := twoPartitions(t, f)
+	release := f.HoldPartition(t, held)
+	garbage := completed(t, ns, key("nobody"), uuid.Nil) // no fireId: not an outcome
+	msg, err := events.BatchMessage(uuid.Must(uuid.NewV7()),
+		[]events.Event{completed(t, ns, jobs[free], fires[free]), garbage, completed(t, ns, jobs[held], fires[held])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+	unacked := func() int {
+		cons, err := js.Consumer(t.Context(), events.StreamDone(ns), complete.DurableName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := cons.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.NumAckPending + int(info.NumPending)
+	}
+
+	c, stop := startConsumer(t, f, js)
+	if got := c.TestSignals.Applied.Wait(t); got.Ended != 1 {
+		t.Fatalf("applied %+v while partition %d was held, want the end of partition %d's execution", got, held, free)
+	}
+	if n := unacked(); n != 1 {
+		t.Fatalf("%d messages unacknowledged with one outcome of the batch waiting, want the batch", n)
+	}
+	stop() // hands the waiting outcome back: the batch is redelivered
+
+	release()
+	c, _ = startConsumer(t, f, js)
+	if got := c.TestSignals.Applied.Wait(t); got != (complete.Applied{Ended: 1, Ignored: 1}) {
+		t.Fatalf("applied %+v on redelivery, want partition %d's execution ended and the other outcome ignored", got, held)
+	}
+	if n := f.Count(t, `select count(*) from fired_triggers where sched_name = $1`); n != 0 {
+		t.Errorf("%d executions left, want none", n)
+	}
+	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = $2`, events.TypeJobCompleted); n != 2 {
+		t.Errorf("%d JobCompleted logged, want one for each fire", n)
+	}
+	// The acknowledgement went before the signal; the server counts it as it reads it.
+	for deadline := time.Now().Add(10 * time.Second); unacked() != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch was not acknowledged once all its outcomes were recorded")
+		}
 	}
 }

@@ -132,10 +132,11 @@ type Envelope struct {
 	Subject         string          `json:"subject,omitempty"`
 	DataContentType string          `json:"datacontenttype"`
 	Data            json.RawMessage `json:"data"`
-	// TraceParent is CloudEvents' distributed tracing extension: the W3C traceparent of the
-	// span that logged the event. Only history answers carry it; on the bus it is the
-	// traceparent header.
+	// TraceParent and TraceState are CloudEvents' distributed tracing extension: the W3C trace
+	// context of the span that wrote the event. History answers and the elements of a batch
+	// (BatchMessage) carry them; a message of one event has them as its headers.
 	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // Envelope returns the wire form of e.

@@ -19,7 +19,7 @@ func Message(e Event) (*nats.Msg, error) {
 	}
 	h := make(nats.Header, 4)
 	h[jetstream.MsgIDHeader] = []string{env.ID}
-	h["Content-Type"] = []string{"application/cloudevents+json"}
+	h["Content-Type"] = []string{ContentTypeEvent}
 	if e.TraceParent != "" {
 		h["traceparent"] = []string{e.TraceParent}
 		if e.TraceState != "" {
@@ -73,7 +73,7 @@ func DecodeRaw(body []byte, data any) (Envelope, error) {
 // buffer was grown once more, a second copy of every event on the bus.
 func (env Envelope) sizeHint() int {
 	return 160 + len(env.ID) + len(env.Type) + len(env.Source) + len(env.Subject) + len(env.DataContentType) +
-		len(env.Data) + len(env.TraceParent)
+		len(env.Data) + len(env.TraceParent) + len(env.TraceState)
 }
 
 // AppendJSON appends the envelope's JSON to b: the bytes encoding/json gives, apart from data,
@@ -109,6 +109,10 @@ func (env Envelope) AppendJSON(b []byte) ([]byte, error) {
 	if env.TraceParent != "" {
 		b = append(b, `,"traceparent":`...)
 		b = appendString(b, env.TraceParent)
+	}
+	if env.TraceState != "" {
+		b = append(b, `,"tracestate":`...)
+		b = appendString(b, env.TraceState)
 	}
 	return append(b, '}'), nil
 }

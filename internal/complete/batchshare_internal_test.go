@@ -1,0 +1,62 @@
+package complete
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// settled records how a message was settled; the methods a share does not override panic
+// through the nil interface it embeds.
+type settled struct {
+	jetstream.Msg
+	acks, naks int
+	delay      time.Duration
+}
+
+func (s *settled) Ack() error                             { s.acks++; return nil }
+func (s *settled) Nak() error                             { s.naks++; return nil }
+func (s *settled) NakWithDelay(delay time.Duration) error { s.naks++; s.delay = delay; return nil }
+
+// A batch's message is settled once, by its last outcome: acknowledged when all were recorded,
+// handed back with the longest delay asked when any was not.
+func TestBatchShareSettlesTheMessageOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		settle     []func(batchShare) error
+		acks, naks int
+		delay      time.Duration
+	}{
+		{"all recorded", []func(batchShare) error{batchShare.Ack, batchShare.Ack, batchShare.Ack}, 1, 0, 0},
+		{"one failed", []func(batchShare) error{batchShare.Ack,
+			func(b batchShare) error { return b.NakWithDelay(time.Second) }, batchShare.Ack}, 0, 1, time.Second},
+		{"given back and failed", []func(batchShare) error{
+			func(b batchShare) error { return b.NakWithDelay(time.Second) }, batchShare.Nak}, 0, 1, time.Second},
+		{"given back", []func(batchShare) error{batchShare.Ack, batchShare.Nak}, 0, 1, 0},
+	} {
+		m := &settled{}
+		share := newBatchShare(m, len(tc.settle))
+		for i, settle := range tc.settle {
+			if err := settle(share); err != nil {
+				t.Fatal(err)
+			}
+			if last := i == len(tc.settle)-1; !last && m.acks+m.naks > 0 {
+				t.Fatalf("%s: the message was settled by outcome %d of %d", tc.name, i+1, len(tc.settle))
+			}
+		}
+		if m.acks != tc.acks || m.naks != tc.naks || m.delay != tc.delay {
+			t.Errorf("%s: %d acks, %d naks after %s; want %d, %d after %s", tc.name, m.acks, m.naks, m.delay, tc.acks, tc.naks, tc.delay)
+		}
+	}
+}
+
+// The consumer fetches as many messages as hold about a batch of outcomes.
+func TestFetchSizeKeepsABatchOfOutcomes(t *testing.T) {
+	c := New(Config{Batch: 500}, nil, nil)
+	for perMsg, want := range map[float64]int{1: 500, 2.5: 200, 100: 5, 1000: 1, 0.5: 500} {
+		if got := c.fetchSize(perMsg); got != want {
+			t.Errorf("fetchSize(%v) = %d, want %d", perMsg, got, want)
+		}
+	}
+}
