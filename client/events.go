@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,8 +33,9 @@ type Event struct {
 	Subject         string          `json:"subject,omitempty"`
 	DataContentType string          `json:"datacontenttype,omitempty"`
 	Data            json.RawMessage `json:"data"`
-	// TraceParent is the W3C traceparent of the span that logged the event, in History's
-	// answers; on the bus it is the message's traceparent header.
+	// TraceParent is the W3C traceparent of the span that wrote the event: History's answers
+	// and Events give it (on the bus it is the message's traceparent header, or each element's
+	// in a worker's batch of outcomes).
 	TraceParent string `json:"traceparent,omitempty"`
 }
 
@@ -397,13 +399,18 @@ func (s *EventStream) read(src *eventSource, it jetstream.MessagesContext, pendi
 			}
 			return
 		}
-		ev, err := decodeEvent(src.stream, msg)
-		item := eventItem{ev: ev, err: err}
+		evs, err := decodeEvents(src.stream, msg)
+		var at time.Time
 		if meta, merr := msg.Metadata(); merr == nil {
-			item.stored = meta.Timestamp
+			at = meta.Timestamp
 		}
-		if (err != nil || match(ev)) && !send(item) {
+		if err != nil && !send(eventItem{err: err, stored: at}) {
 			return
+		}
+		for _, ev := range evs {
+			if match(ev) && !send(eventItem{ev: ev, stored: at}) {
+				return
+			}
 		}
 		if stored && n == pending {
 			close(src.stored)
@@ -415,20 +422,42 @@ func (s *EventStream) read(src *eventSource, it jetstream.MessagesContext, pendi
 	}
 }
 
-func decodeEvent(stream string, msg jetstream.Msg) (Event, error) {
-	var ev Event
-	err := json.Unmarshal(msg.Data(), &ev)
-	if err == nil && (ev.SpecVersion == "" || ev.ID == "" || ev.Type == "") {
-		err = errors.New("specversion, id or type is missing")
-	}
-	if err != nil {
+// decodeEvents reads the events of a message: one, or each of a worker's batch of outcomes.
+// It returns those it could read, and an error for the others.
+func decodeEvents(stream string, msg jetstream.Msg) ([]Event, error) {
+	malformed := func(err error) error {
 		var seq uint64
 		if meta, merr := msg.Metadata(); merr == nil {
 			seq = meta.Sequence.Stream
 		}
-		return Event{}, fmt.Errorf("%w: message %d of stream %s (subject %s): %v", ErrMalformedEvent, seq, stream, msg.Subject(), err)
+		return fmt.Errorf("%w: message %d of stream %s (subject %s): %v", ErrMalformedEvent, seq, stream, msg.Subject(), err)
 	}
-	return ev, nil
+	bodies, err := events.Bodies(msg.Headers(), msg.Data())
+	if err != nil {
+		return nil, malformed(err)
+	}
+	evs := make([]Event, 0, len(bodies))
+	var errs []error
+	for i, b := range bodies {
+		var ev Event
+		err := json.Unmarshal(b, &ev)
+		if err == nil && (ev.SpecVersion == "" || ev.ID == "" || ev.Type == "") {
+			err = errors.New("specversion, id or type is missing")
+		}
+		switch {
+		case err != nil && len(bodies) > 1:
+			errs = append(errs, fmt.Errorf("event %d of %d: %w", i+1, len(bodies), err))
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			ev.TraceParent = cmp.Or(ev.TraceParent, msg.Headers().Get("traceparent"))
+			evs = append(evs, ev)
+		}
+	}
+	if len(errs) > 0 {
+		return evs, malformed(errors.Join(errs...))
+	}
+	return evs, nil
 }
 
 // All yields the events, or an error: one matching ErrMalformedEvent for a message that is no

@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/agatesched/agate/client"
 	"github.com/agatesched/agate/internal/devenv/testnode"
+	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/schemas"
 )
 
@@ -236,5 +238,59 @@ func TestEventsEnds(t *testing.T) {
 	}
 	if _, err := client.ParseEventType("job.exploded"); err == nil || !strings.Contains(err.Error(), "trigger.scheduled") {
 		t.Errorf("ParseEventType(job.exploded): %v; want an error listing the types", err)
+	}
+}
+
+// Outcomes a worker published as one batch are read as events of their own, each with its
+// trace context; an element that is no event is reported as malformed, the others read.
+func TestEventsReadsABatchOfOutcomes(t *testing.T) {
+	n := testnode.Start(t, "clienteventsbatch", nil)
+	c := client.New(n.NC, client.Options{Namespace: n.Namespace})
+	subj := events.Subjects(n.Namespace).Done("noop")
+	var evs []events.Event
+	for i := range 2 {
+		res := events.JobResult{FireID: uuid.Must(uuid.NewV7()), Job: events.JobRef{Group: "batch", Name: fmt.Sprint("j", i), Type: "noop"},
+			Trigger: events.Key{Group: "batch", Name: fmt.Sprint("t", i)}, Attempt: 1}
+		ev, err := events.New(events.TypeJobCompleted, events.Source(n.Namespace, "w1"), events.AggregateJob, res.Job.Key().String(), subj, time.Now(), res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.TraceParent = fmt.Sprintf("00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333%d-01", i)
+		evs = append(evs, ev)
+	}
+	msg, err := events.BatchMessage(uuid.Must(uuid.NewV7()), evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A third element that is no event, as a faulty publisher might add.
+	msg.Data = append(msg.Data[:len(msg.Data)-1], `,{"id":"x"}]`...)
+	if _, err := n.JS.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Events(t.Context(), client.EventsOptions{Types: []string{"JobCompleted"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []client.Event
+	var malformed int
+	for ev, err := range s.All() {
+		switch {
+		case errors.Is(err, client.ErrMalformedEvent):
+			malformed++
+		case err != nil:
+			t.Fatal(err)
+		default:
+			validate(t, ev)
+			got = append(got, ev)
+		}
+	}
+	if malformed != 1 || len(got) != len(evs) {
+		t.Fatalf("read %d events and %d malformed; want %d and 1", len(got), malformed, len(evs))
+	}
+	for i, ev := range got {
+		if ev.ID != evs[i].ID.String() || ev.TraceParent != evs[i].TraceParent {
+			t.Errorf("event %d: %s with traceparent %q; want %s with %q", i, ev.ID, ev.TraceParent, evs[i].ID, evs[i].TraceParent)
+		}
 	}
 }

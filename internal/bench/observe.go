@@ -155,8 +155,20 @@ func (o *observer) handle(stream string, m jetstream.Msg) {
 		o.byKey[key] = append(o.byKey[key], id)
 		return
 	}
+	bodies, err := events.Bodies(m.Headers(), m.Data())
+	if err != nil {
+		o.bad++
+		return
+	}
+	for _, b := range bodies {
+		o.done(b, stored)
+	}
+}
+
+// done records one outcome, body, that JetStream stored at stored.
+func (o *observer) done(body []byte, stored time.Time) {
 	var r events.JobResult
-	env, err := events.Decode(m.Data(), &r)
+	env, err := events.Decode(body, &r)
 	if err != nil {
 		o.bad++
 		return
@@ -184,10 +196,13 @@ func (o *observer) complete() bool {
 	return len(o.completed) == len(o.expected)
 }
 
-// wait polls the DONE stream until it holds as many messages as fires are expected, then reads
-// both streams; it goes on until every expected fire has a completion or the deadline passes,
-// and returns when JetStream stored the last one. counted runs once, when the count is first
-// reached (or at the deadline), before the bench reads anything: the run's end for CPU figures.
+// wait polls the DONE stream's message count and reads both streams from where it stopped when
+// the count reaches the fires expected or stands still for a poll (workers batch outcomes, so
+// a message may hold several); it goes on until every expected fire has a completion or the
+// deadline passes, and returns when JetStream stored the last one. counted runs once, the
+// run's end for CPU figures: when the count reaches the fires expected, before the streams
+// are read; otherwise once the read found every completion (it read only what was new), or
+// at the deadline.
 func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logger, counted func()) (time.Time, bool, error) {
 	once := sync.OnceFunc(counted)
 	defer once()
@@ -198,6 +213,7 @@ func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logge
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("looking up stream %s: %w", events.StreamDone(o.ns), err)
 	}
+	var prev, read uint64 // the count at the last poll, and when the streams were last read
 	for {
 		// One small request per poll, as River's harness does one count(*).
 		info, err := done.Info(ctx)
@@ -205,8 +221,15 @@ func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logge
 			return time.Time{}, false, fmt.Errorf("reading stream %s: %w", events.StreamDone(o.ns), err)
 		}
 		doneMsgs := info.State.Msgs
+		// A worker publishes the outcomes waiting together in one message: once as many
+		// messages as fires are stored, or when their count stands still, read what is new.
+		still := doneMsgs > read && doneMsgs == prev
+		prev = doneMsgs
 		if doneMsgs >= uint64(len(o.expected)) {
 			once()
+		}
+		if doneMsgs >= uint64(len(o.expected)) || still {
+			read = doneMsgs
 			last, err := o.lastSeqs(ctx)
 			if err != nil {
 				return time.Time{}, false, err
@@ -215,6 +238,7 @@ func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logge
 				return time.Time{}, false, err
 			}
 			if o.complete() {
+				once()
 				o.mu.Lock()
 				defer o.mu.Unlock()
 				return o.allAt, false, nil

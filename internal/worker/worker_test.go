@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -176,13 +177,20 @@ func (e *env) watchDone() <-chan outcome {
 	}
 	out := make(chan outcome, 1024)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var res events.JobResult
-		envl, err := events.Decode(m.Data(), &res)
+		bodies, err := events.Bodies(m.Headers(), m.Data())
 		if err != nil {
-			e.t.Errorf("undecodable outcome on %s: %v", m.Subject(), err)
+			e.t.Errorf("undecodable message on %s: %v", m.Subject(), err)
 			return
 		}
-		out <- outcome{typ: envl.Type, traceParent: m.Headers().Get("traceparent"), res: res}
+		for _, b := range bodies {
+			var res events.JobResult
+			envl, err := events.Decode(b, &res)
+			if err != nil {
+				e.t.Errorf("undecodable outcome on %s: %v", m.Subject(), err)
+				return
+			}
+			out <- outcome{typ: envl.Type, traceParent: cmp.Or(envl.TraceParent, m.Headers().Get("traceparent")), res: res}
+		}
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -227,7 +235,8 @@ func (e *env) waitSettled(typ string) *jetstream.ConsumerInfo {
 	}
 }
 
-// doneCount is how many outcomes the DONE stream holds for the namespace.
+// doneCount is how many messages the DONE stream holds for the namespace: how many outcomes,
+// when they were published one at a time (a worker batches only outcomes that wait together).
 func (e *env) doneCount() uint64 {
 	e.t.Helper()
 	s, err := e.js.Stream(context.Background(), events.StreamDone(e.ns))
