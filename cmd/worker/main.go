@@ -40,6 +40,7 @@ type options struct {
 	natsURL, natsCreds, natsCA string
 	namespace, instanceID      string
 	concurrency, maxDeliver    int
+	outcomeBatch               int
 	ackWait, jobTimeout        time.Duration
 	drainTimeout               time.Duration
 	logLevel                   string
@@ -92,6 +93,8 @@ SIGINT or SIGTERM stops fetching and lets running jobs finish (up to --drain-tim
 	bind("ack-wait", "AGATE_ACK_WAIT")
 	f.IntVar(&o.maxDeliver, "max-deliver", 5, "attempts per fire; the last failure is final")
 	bind("max-deliver", "AGATE_MAX_DELIVER")
+	f.IntVar(&o.outcomeBatch, "outcome-batch", worker.OutcomeBatchDefault, "most job outcomes published in one message: those that finish while the previous ones are being stored go together; 1 publishes each alone (for readers of the DONE stream that do not read batches)")
+	bind("outcome-batch", "AGATE_OUTCOME_BATCH")
 	f.DurationVar(&o.jobTimeout, "job-timeout", 5*time.Minute, "timeout of a job whose definition sets none")
 	bind("job-timeout", "AGATE_JOB_TIMEOUT")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on shutdown, how long running jobs may take to finish before they are left for redelivery")
@@ -118,6 +121,9 @@ func run(ctx context.Context, o options) error {
 func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 	if err := events.ValidateNamespace(o.namespace); err != nil {
 		return fmt.Errorf("--namespace: %w", err)
+	}
+	if o.outcomeBatch < 1 {
+		return fmt.Errorf("--outcome-batch %d: give at least 1 (1 publishes each outcome in a message of its own)", o.outcomeBatch)
 	}
 	if o.instanceID == "" {
 		o.instanceID = events.NewInstanceID("worker")
@@ -174,6 +180,7 @@ func runWorker(ctx context.Context, o options, log *slog.Logger) error {
 		Concurrency:    o.concurrency,
 		AckWait:        o.ackWait,
 		MaxDeliver:     o.maxDeliver,
+		OutcomeBatch:   o.outcomeBatch,
 		DefaultTimeout: o.jobTimeout,
 		DrainTimeout:   o.drainTimeout,
 		Logger:         log,

@@ -269,21 +269,26 @@ func (w *Worker) publish(ctx context.Context, typ, key string, now time.Time, re
 	if ts := sc.TraceState().String(); ts != "" {
 		ev.TraceState = ts
 	}
-	msg, err := events.Message(ev)
-	if err != nil {
-		return err
+	if err := w.outcomes.publish(ctx, ev); err != nil {
+		return fmt.Errorf("publishing %s: %w", evType, err)
 	}
+	return nil
+}
+
+// deliver publishes msg and waits until JetStream stored it, retrying for publishRetryFor
+// when NATS is unreachable.
+func (w *Worker) deliver(ctx context.Context, msg *nats.Msg) error {
 	deadline := time.Now().Add(publishRetryFor)
 	delay := 100 * time.Millisecond
 	for {
-		err = w.store(ctx, msg)
+		err := w.store(ctx, msg)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil || w.js.Conn().IsClosed() || time.Now().Add(delay).After(deadline) {
-			return fmt.Errorf("publishing %s to %s: %w", evType, ev.Topic, err)
+			return fmt.Errorf("to %s: %w", msg.Subject, err)
 		}
-		w.log.DebugContext(ctx, "publishing a job outcome failed; retrying", "subject", ev.Topic, "error", err)
+		w.log.DebugContext(ctx, "publishing job outcomes failed; retrying", "subject", msg.Subject, "error", err)
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():

@@ -59,6 +59,11 @@ type Config struct {
 	// PresenceInterval is how often the worker announces itself to the schedulers
 	// (internal/presence), for their workers query and web UI. Default 5s.
 	PresenceInterval time.Duration
+	// OutcomeBatch is the most outcomes published in one message: those that finish while
+	// the worker waits for JetStream to store the previous ones go together (docs/contract.md,
+	// "Batches of outcomes"). 1: a message per outcome, for readers of the DONE stream that do
+	// not read batches. Default OutcomeBatchDefault.
+	OutcomeBatch int
 }
 
 // fetchWait is how long one pull request waits for messages. It bounds how long a worker keeps
@@ -86,6 +91,7 @@ type Worker struct {
 	tracer   trace.Tracer
 	slots    chan struct{} // a token per running job: the Concurrency bound across all types
 
+	outcomes    *outcomes
 	reconnected broadcast // fired each time the NATS connection is re-established
 	running     executions
 	metrics     metrics
@@ -135,8 +141,8 @@ func New(cfg Config, js jetstream.JetStream, reg *Registry) (*Worker, error) {
 		return nil, errors.New("worker config: no job types registered; register handlers (e.g. RegisterBuiltins) before New")
 	}
 	if cfg.Concurrency < 0 || cfg.MaxDeliver < 0 || cfg.AckWait < 0 || cfg.DefaultTimeout < 0 ||
-		cfg.RetryDelay < 0 || cfg.MaxRetryDelay < 0 || cfg.DrainTimeout < 0 {
-		return nil, errors.New("worker config: concurrency, max deliver and durations must not be negative")
+		cfg.RetryDelay < 0 || cfg.MaxRetryDelay < 0 || cfg.DrainTimeout < 0 || cfg.OutcomeBatch < 0 {
+		return nil, errors.New("worker config: concurrency, max deliver, outcome batch and durations must not be negative")
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
 	cfg.AckWait = cmp.Or(cfg.AckWait, 30*time.Second)
@@ -146,13 +152,14 @@ func New(cfg Config, js jetstream.JetStream, reg *Registry) (*Worker, error) {
 	cfg.MaxRetryDelay = max(cmp.Or(cfg.MaxRetryDelay, time.Minute), cfg.RetryDelay)
 	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, 30*time.Second)
 	cfg.PresenceInterval = cmp.Or(cfg.PresenceInterval, presence.IntervalDefault)
+	cfg.OutcomeBatch = cmp.Or(cfg.OutcomeBatch, OutcomeBatchDefault)
 	if cfg.AckWait < 300*time.Millisecond {
 		return nil, fmt.Errorf("worker config: AckWait %s is too short to heartbeat (every AckWait/3); use at least 300ms", cfg.AckWait)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Worker{
+	w := &Worker{
 		cfg:      cfg,
 		js:       js,
 		reg:      reg,
@@ -162,7 +169,9 @@ func New(cfg Config, js jetstream.JetStream, reg *Registry) (*Worker, error) {
 		tracer:   telemetry.Tracer("worker"),
 		slots:    make(chan struct{}, cfg.Concurrency),
 		metrics:  newMetrics(cfg.MeterProvider, reg.Types()),
-	}, nil
+	}
+	w.outcomes = &outcomes{w: w, max: cfg.OutcomeBatch}
+	return w, nil
 }
 
 // Run waits for the FIRED and DONE streams (a scheduler creates them; a worker only looks them

@@ -781,3 +781,52 @@ func TestWaitsForASchedulerToCreateTheStreams(t *testing.T) {
 		t.Errorf("the worker said %d times that it waits for the streams; want once:\n%s", n, logs)
 	}
 }
+
+// Outcomes that finish together are published together, at most OutcomeBatch to a message,
+// each once and in its fire's trace; with OutcomeBatch 1, each goes alone.
+func TestOutcomesThatFinishTogetherShareAMessage(t *testing.T) {
+	const jobs = 40
+	for _, perMsg := range []int{8, 1} {
+		t.Run(fmt.Sprintf("OutcomeBatch=%d", perMsg), func(t *testing.T) {
+			e := newEnv(t)
+			started, gate := make(chan struct{}, jobs), make(chan struct{})
+			reg := worker.NewRegistry()
+			reg.Register("gate", func(ctx context.Context, job worker.Job) error {
+				started <- struct{}{}
+				<-gate
+				return nil
+			})
+			cfg := e.testConfig("w1")
+			cfg.Concurrency, cfg.AckWait, cfg.OutcomeBatch = jobs, 30*time.Second, perMsg
+			e.startWorker(e.js, cfg, reg)
+			outcomes := e.watchDone()
+			fired := map[uuid.UUID]bool{}
+			for range jobs {
+				fired[e.fire("gate", `{}`, "").FireID] = true
+			}
+			for range jobs {
+				<-started
+			}
+			close(gate) // every job finishes at once
+			for range jobs {
+				o := next(t, outcomes)
+				if !fired[o.res.FireID] || o.typ != events.TypeJobCompleted {
+					t.Fatalf("outcome %s of fire %s: not a completion of a fire still expected", o.typ, o.res.FireID)
+				}
+				delete(fired, o.res.FireID)
+				if tid := strings.Split(testTraceParent, "-")[1]; !strings.Contains(o.traceParent, tid) {
+					t.Errorf("completion traceparent %q is not in trace %s", o.traceParent, tid)
+				}
+			}
+			e.waitSettled("gate")
+			msgs := e.doneCount()
+			switch {
+			case msgs*uint64(perMsg) < jobs:
+				t.Errorf("%d messages held %d outcomes: more than %d in one", msgs, jobs, perMsg)
+			case perMsg > 1 && msgs >= jobs:
+				t.Errorf("%d outcomes that finished together went in %d messages: none shared one", jobs, msgs)
+			}
+			t.Logf("%d outcomes in %d messages", jobs, msgs)
+		})
+	}
+}
