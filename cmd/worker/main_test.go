@@ -139,7 +139,7 @@ func TestWorkerRunsAJob(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runWorker(ctx, options{
-			natsURL: url, namespace: ns, instanceID: "cmd-test", concurrency: 2, maxDeliver: 2,
+			natsURL: url, namespace: ns, instanceID: "cmd-test", concurrency: 2, maxDeliver: 2, outcomeBatch: worker.OutcomeBatchDefault,
 			ackWait: 2 * time.Second, jobTimeout: time.Minute, drainTimeout: 5 * time.Second, httpAllow: allow,
 		}, slog.New(slog.DiscardHandler))
 	}()
