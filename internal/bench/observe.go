@@ -40,6 +40,7 @@ type observer struct {
 	seq       map[string]uint64    // stream → last sequence read
 	bad       int                  // messages that did not decode
 	appliedAt []time.Time          // when each TriggerCompleted was logged (readApplied)
+	reads     int                  // times wait read the streams (only wait's goroutine)
 }
 
 type fireObs struct {
@@ -60,6 +61,14 @@ type doneObs struct {
 
 // pollEvery is how often the observer asks JetStream for the DONE stream's message count.
 const pollEvery = 10 * time.Millisecond
+
+// quietRead is how long the DONE stream's message count stands still before the observer reads
+// the streams, when it holds fewer messages than fires are expected (workers batch outcomes).
+// Reading at every pause of a poll read the FIRED stream in the middle of bursts, taking CPU
+// from the fires; a burst's outcomes seldom pause this long. The last completion's store time,
+// not when it was read, ends the run (e2e); the CPU window ends after the read (counted), up
+// to quietRead later than when every completion was stored.
+const quietRead = 50 * time.Millisecond
 
 // observe prepares the reading of the FIRED and DONE streams of ns.
 func observe(js jetstream.JetStream, ns string, expected map[string]time.Time) *observer {
@@ -197,8 +206,8 @@ func (o *observer) complete() bool {
 }
 
 // wait polls the DONE stream's message count and reads both streams from where it stopped when
-// the count reaches the fires expected or stands still for a poll (workers batch outcomes, so
-// a message may hold several); it goes on until every expected fire has a completion or the
+// the count reaches the fires expected or stands still for quietRead (workers batch outcomes,
+// so a message may hold several); it goes on until every expected fire has a completion or the
 // deadline passes, and returns when JetStream stored the last one. counted runs once, the
 // run's end for CPU figures: when the count reaches the fires expected, before the streams
 // are read; otherwise once the read found every completion (it read only what was new), or
@@ -214,6 +223,7 @@ func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logge
 		return time.Time{}, false, fmt.Errorf("looking up stream %s: %w", events.StreamDone(o.ns), err)
 	}
 	var prev, read uint64 // the count at the last poll, and when the streams were last read
+	var changed time.Time // when the count last changed
 	for {
 		// One small request per poll, as River's harness does one count(*).
 		info, err := done.Info(ctx)
@@ -221,15 +231,19 @@ func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logge
 			return time.Time{}, false, fmt.Errorf("reading stream %s: %w", events.StreamDone(o.ns), err)
 		}
 		doneMsgs := info.State.Msgs
+		if doneMsgs != prev {
+			prev, changed = doneMsgs, time.Now()
+		}
 		// A worker publishes the outcomes waiting together in one message: once as many
-		// messages as fires are stored, or when their count stands still, read what is new.
-		still := doneMsgs > read && doneMsgs == prev
-		prev = doneMsgs
+		// messages as fires are stored, or when their count has stood still for quietRead,
+		// read what is new.
+		quiet := doneMsgs > read && time.Since(changed) >= quietRead
 		if doneMsgs >= uint64(len(o.expected)) {
 			once()
 		}
-		if doneMsgs >= uint64(len(o.expected)) || still {
+		if doneMsgs >= uint64(len(o.expected)) || quiet {
 			read = doneMsgs
+			o.reads++
 			last, err := o.lastSeqs(ctx)
 			if err != nil {
 				return time.Time{}, false, err

@@ -261,7 +261,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	if timedOut {
 		log.Warn("workload: timed out waiting for completions", "timeout", b.o.Timeout)
 	} else {
-		log.Info("workload: every expected fire completed", "after_t0", allSeen.Sub(t0).Round(time.Millisecond))
+		log.Info("workload: every expected fire completed", "after_t0", allSeen.Sub(t0).Round(time.Millisecond), "reads", obs.reads)
 	}
 	// Late duplicates, and PostgreSQL's statistics (a backend reports them within a second of
 	// going idle), have until the streams are quiet.

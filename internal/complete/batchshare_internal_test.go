@@ -50,13 +50,3 @@ func TestBatchShareSettlesTheMessageOnce(t *testing.T) {
 		}
 	}
 }
-
-// The consumer fetches as many messages as hold about a batch of outcomes.
-func TestFetchSizeKeepsABatchOfOutcomes(t *testing.T) {
-	c := New(Config{Batch: 500}, nil, nil)
-	for perMsg, want := range map[float64]int{1: 500, 2.5: 200, 100: 5, 1000: 1, 0.5: 500} {
-		if got := c.fetchSize(perMsg); got != want {
-			t.Errorf("fetchSize(%v) = %d, want %d", perMsg, got, want)
-		}
-	}
-}

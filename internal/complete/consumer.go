@@ -151,8 +151,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("creating completion consumer: %w", err)
 	}
 	defer c.giveBack()
-	full := false // the last fetch came back with all it asked for
-	perMsg := 1.0 // outcomes a message held in the last fetch: workers batch them
+	full := false // the last fetch came back with a whole batch
+	budget := c.fetchBytes()
 	y := &yielder{max: c.cfg.Yield}
 	y.backlogged = func() bool { return c.behind(full || y.waiting()) }
 	for ctx.Err() == nil {
@@ -161,8 +161,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			sleep(ctx, d)
 			continue
 		}
-		want := c.fetchSize(perMsg)
-		batch, err := cons.Fetch(want, jetstream.FetchMaxWait(c.cfg.MaxWait))
+		batch, err := cons.Fetch(c.cfg.Batch, jetstream.FetchMaxWait(c.cfg.MaxWait), jetstream.FetchMaxBytes(budget))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -178,24 +177,34 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 			c.cfg.Logger.DebugContext(ctx, "completion fetch ended", slog.Any("error", err))
 		}
-		full = len(msgs) == want
+		outcomes := 0
+		if len(msgs) > 0 {
+			outcomes = c.handle(ctx, msgs)
+		}
+		full = len(msgs) == c.cfg.Batch || outcomes >= c.cfg.Batch
 		if !full {
 			y.caughtUp()
 		}
-		if len(msgs) == 0 {
-			continue
-		}
-		perMsg = float64(max(1, c.handle(ctx, msgs))) / float64(len(msgs))
 	}
 	return nil
 }
 
-// fetchSize is how many messages to fetch so that they hold about a batch of outcomes, when
-// messages held perMsg of them each last time: a transaction and the outcomes in memory stay
-// about Config.Batch, whether workers batch their outcomes or not.
-func (c *Consumer) fetchSize(perMsg float64) int {
-	return max(1, min(c.cfg.Batch, int(float64(c.cfg.Batch)/perMsg)))
+// fetchBytes bounds the bytes of one fetch, whose messages may hold many outcomes each (a
+// worker's batch): about the largest message the server takes, so that the outcomes in hand
+// stay about a megabyte, whatever the workers' batches (1,100–1,400 outcomes; a batch of 500
+// single outcomes is under it). Never less than the largest message: the server would refuse
+// a message larger than a fetch's budget, for ever.
+func (c *Consumer) fetchBytes() int {
+	largest := 1 << 20 // nats-server's default max_payload, when not connected yet
+	if c.js != nil && c.js.Conn().MaxPayload() > 0 {
+		largest = int(c.js.Conn().MaxPayload())
+	}
+	return max(largest+fetchOverhead, c.cfg.Batch*1024)
 }
+
+// fetchOverhead is room in a fetch's byte budget for a message's subject and reply subject,
+// on top of its payload and headers (which count against the server's max_payload).
+const fetchOverhead = 4 << 10
 
 // behind reports whether fires are behind (Config.Backlogged, and Config.FiresWaiting when
 // busy: the consumer waits, or its last fetch came back full): the consumer then yields. A

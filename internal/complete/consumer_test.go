@@ -276,22 +276,50 @@ func TestApplyTakesTheLocksForTheEndOfALastFire(t *testing.T) {
 	}
 }
 
-// twoPartitions leaves two one-shots' last fires executing, of jobs in two lock partitions of
-// f: held and free, the lower and the higher.
-func twoPartitions(t *testing.T, f *testenv.Fixture) (fires map[int]uuid.UUID, jobs map[int]events.Key, held, free int) {
+// twoPartitions is a namespace with two one-shots' last fires executing, of jobs in two lock
+// partitions, the lower of which (held) another transaction holds until release; and its
+// JetStream streams.
+type twoPartitions struct {
+	f          *testenv.Fixture
+	js         jetstream.JetStream
+	fires      map[int]uuid.UUID
+	jobs       map[int]events.Key
+	held, free int
+	release    func()
+}
+
+func newTwoPartitions(t *testing.T) *twoPartitions {
 	t.Helper()
-	fires, jobs = map[int]uuid.UUID{}, map[int]events.Key{}
-	for i := 0; len(fires) < 2; i++ {
+	tp := &twoPartitions{f: testenv.NewFixture(t, 8), fires: map[int]uuid.UUID{}, jobs: map[int]events.Key{}}
+	_, tp.js = testenv.JetStream(t, testenv.NATS(t))
+	if err := events.EnsureStreams(t.Context(), tp.js, tp.f.Namespace()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; len(tp.fires) < 2; i++ {
 		j := key(fmt.Sprint("j", i))
-		p := f.Locks.PartitionOf(j.Group, j.Name)
-		if _, ok := fires[p]; ok {
+		p := tp.f.Locks.PartitionOf(j.Group, j.Name)
+		if _, ok := tp.fires[p]; ok {
 			continue
 		}
-		f.Job(t, j, false)
-		fires[p], jobs[p] = executing(t, f, key(fmt.Sprint("t", i)), j, store.StateComplete, false), j
+		tp.f.Job(t, j, false)
+		tp.fires[p], tp.jobs[p] = executing(t, tp.f, key(fmt.Sprint("t", i)), j, store.StateComplete, false), j
 	}
-	ps := slices.Sorted(maps.Keys(fires))
-	return fires, jobs, ps[0], ps[1]
+	ps := slices.Sorted(maps.Keys(tp.fires))
+	tp.held, tp.free = ps[0], ps[1]
+	tp.release = tp.f.HoldPartition(t, tp.held)
+	return tp
+}
+
+// completed is the JobCompleted a worker publishes for the fire of partition p.
+func (tp *twoPartitions) completed(t *testing.T, p int) events.Event {
+	t.Helper()
+	return completed(t, tp.f.Namespace(), tp.jobs[p], tp.fires[p])
+}
+
+// executing reports whether partition p's execution has not ended.
+func (tp *twoPartitions) executing(t *testing.T, p int) bool {
+	t.Helper()
+	return tp.f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and entry_id = $2`, tp.fires[p]) == 1
 }
 
 // completed is the JobCompleted a worker publishes for fire id of job j, a one-shot's last fire.
@@ -333,39 +361,30 @@ func startConsumer(t *testing.T, f *testenv.Fixture, js jetstream.JetStream) (c 
 // hold up the completions of the other partitions: they are recorded, and the held partition's
 // once it is free.
 func TestConsumerRecordsOtherPartitionsWhileOneIsHeld(t *testing.T) {
-	f := testenv.NewFixture(t, 8)
-	ns := f.Namespace()
-	_, js := testenv.JetStream(t, testenv.NATS(t))
-	if err := events.EnsureStreams(t.Context(), js, ns); err != nil {
-		t.Fatal(err)
-	}
-	fires, jobs, held, free := twoPartitions(t, f)
-	release := f.HoldPartition(t, held)
+	tp := newTwoPartitions(t)
+	held, free := tp.held, tp.free
 	for _, p := range []int{held, free} {
-		msg, err := events.Message(completed(t, ns, jobs[p], fires[p]))
+		msg, err := events.Message(tp.completed(t, p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := js.PublishMsg(t.Context(), msg); err != nil {
+		if _, err := tp.js.PublishMsg(t.Context(), msg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c, _ := startConsumer(t, f, js)
-	executing := func(p int) bool {
-		return f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and entry_id = $2`, fires[p]) == 1
-	}
+	c, _ := startConsumer(t, tp.f, tp.js)
 	if got := c.TestSignals.Applied.Wait(t); got.Ended != 1 {
 		t.Fatalf("applied %+v while partition %d was held, want the end of partition %d's execution", got, held, free)
 	}
-	if executing(free) || !executing(held) {
+	if tp.executing(t, free) || !tp.executing(t, held) {
 		t.Fatalf("partition %d held: execution of partition %d ended %v, of partition %d %v; want only the free one's",
-			held, free, !executing(free), held, !executing(held))
+			held, free, !tp.executing(t, free), held, !tp.executing(t, held))
 	}
-	release()
+	tp.release()
 	if got := c.TestSignals.Applied.Wait(t); got.Ended != 1 {
 		t.Fatalf("applied %+v once partition %d was free, want the end of its execution", got, held)
 	}
-	if executing(held) {
+	if tp.executing(t, held) {
 		t.Fatalf("the execution of partition %d did not end once it was free", held)
 	}
 }
@@ -375,17 +394,10 @@ func TestConsumerRecordsOtherPartitionsWhileOneIsHeld(t *testing.T) {
 // partition), it is delivered again, and the outcome recorded before is not recorded twice.
 // An element that is no outcome is dropped; the others are recorded all the same.
 func TestConsumerAcksABatchOnceEveryOutcomeIsRecorded(t *testing.T) {
-	f := testenv.NewFixture(t, 8)
-	ns := f.Namespace()
-	_, js := testenv.JetStream(t, testenv.NATS(t))
-	if err := events.EnsureStreams(t.Context(), js, ns); err != nil {
-		t.Fatal(err)
-	}
-	fires, jobs, held, free := twoPartitions(t, f)
-	release := f.HoldPartition(t, held)
+	tp := newTwoPartitions(t)
+	f, js, ns, held, free := tp.f, tp.js, tp.f.Namespace(), tp.held, tp.free
 	garbage := completed(t, ns, key("nobody"), uuid.Nil) // no fireId: not an outcome
-	msg, err := events.BatchMessage(uuid.Must(uuid.NewV7()),
-		[]events.Event{completed(t, ns, jobs[free], fires[free]), garbage, completed(t, ns, jobs[held], fires[held])})
+	msg, err := events.BatchMessage(uuid.Must(uuid.NewV7()), []events.Event{tp.completed(t, free), garbage, tp.completed(t, held)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +425,7 @@ func TestConsumerAcksABatchOnceEveryOutcomeIsRecorded(t *testing.T) {
 	}
 	stop() // hands the waiting outcome back: the batch is redelivered
 
-	release()
+	tp.release()
 	c, _ = startConsumer(t, f, js)
 	if got := c.TestSignals.Applied.Wait(t); got != (complete.Applied{Ended: 1, Ignored: 1}) {
 		t.Fatalf("applied %+v on redelivery, want partition %d's execution ended and the other outcome ignored", got, held)
