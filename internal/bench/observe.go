@@ -64,10 +64,10 @@ const pollEvery = 10 * time.Millisecond
 
 // quietRead is how long the DONE stream's message count stands still before the observer reads
 // the streams, when it holds fewer messages than fires are expected (workers batch outcomes).
-// Reading at every pause of a poll read the FIRED stream in the middle of bursts, taking CPU
-// from the fires; a burst's outcomes seldom pause this long. The last completion's store time,
-// not when it was read, ends the run (e2e); the CPU window ends after the read (counted), up
-// to quietRead later than when every completion was stored.
+// Reading at every pause of a poll read the streams in the middle of bursts, taking CPU from
+// the fires; a burst's outcomes seldom pause this long. The last completion's store time, not
+// when it was read, ends the run (e2e); the CPU window ends after the DONE stream's read
+// (counted), up to quietRead and that read later than when every completion was stored.
 const quietRead = 50 * time.Millisecond
 
 // observe prepares the reading of the FIRED and DONE streams of ns.
@@ -100,7 +100,12 @@ func (o *observer) lastSeqs(ctx context.Context) (map[string]uint64, error) {
 
 // collect reads each stream from where it stopped up to the sequence last gives.
 func (o *observer) collect(ctx context.Context, last map[string]uint64) error {
-	for _, st := range o.streams() {
+	return o.collectFrom(ctx, last, o.streams()...)
+}
+
+// collectFrom is collect for the streams named.
+func (o *observer) collectFrom(ctx context.Context, last map[string]uint64, streams ...string) error {
+	for _, st := range streams {
 		o.mu.Lock()
 		from := o.seq[st] + 1
 		o.mu.Unlock()
@@ -205,13 +210,13 @@ func (o *observer) complete() bool {
 	return len(o.completed) == len(o.expected)
 }
 
-// wait polls the DONE stream's message count and reads both streams from where it stopped when
+// wait polls the DONE stream's message count and reads that stream from where it stopped when
 // the count reaches the fires expected or stands still for quietRead (workers batch outcomes,
-// so a message may hold several); it goes on until every expected fire has a completion or the
-// deadline passes, and returns when JetStream stored the last one. counted runs once, the
-// run's end for CPU figures: when the count reaches the fires expected, before the streams
-// are read; otherwise once the read found every completion (it read only what was new), or
-// at the deadline.
+// so a message may hold several); once every expected fire has a completion it reads the FIRED
+// stream and returns when JetStream stored the last completion; or it gives up at the
+// deadline. counted runs once, the run's end for CPU figures: when the count reaches the fires
+// expected, before any read; otherwise once the DONE stream's read found every completion (it
+// read only what was new), or at the deadline.
 func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logger, counted func()) (time.Time, bool, error) {
 	once := sync.OnceFunc(counted)
 	defer once()
@@ -248,11 +253,16 @@ func (o *observer) wait(ctx context.Context, deadline time.Time, log *slog.Logge
 			if err != nil {
 				return time.Time{}, false, err
 			}
-			if err := o.collect(ctx, last); err != nil {
+			// DONE first: whether every fire completed is read there, and the run's CPU
+			// window ends before the FIRED stream, the larger, is read.
+			if err := o.collectFrom(ctx, last, events.StreamDone(o.ns)); err != nil {
 				return time.Time{}, false, err
 			}
 			if o.complete() {
 				once()
+				if err := o.collectFrom(ctx, last, events.StreamFired(o.ns)); err != nil {
+					return time.Time{}, false, err
+				}
 				o.mu.Lock()
 				defer o.mu.Unlock()
 				return o.allAt, false, nil
