@@ -50,9 +50,12 @@ type Result struct {
 	// Missing: expected (trigger, scheduled time) with no JobCompleted.
 	Missing int `json:"missing"`
 	// Unexpected: fires of a (trigger, scheduled time) that was not planned.
-	Unexpected  int            `json:"unexpected"`
-	Undecodable int            `json:"undecodable,omitempty"`
-	PerNode     map[string]int `json:"firedPerNode"`
+	Unexpected  int `json:"unexpected"`
+	Undecodable int `json:"undecodable,omitempty"`
+	// DoneMessages is the messages read from the DONE stream: fewer than the outcomes when
+	// workers batched them.
+	DoneMessages int            `json:"doneMessages"`
+	PerNode      map[string]int `json:"firedPerNode"`
 	// CommitsPerFire and WritesPerFire: pg_stat_database xact_commit and tup_inserted +
 	// tup_updated + tup_deleted over the measured interval, divided by fires.
 	CommitsPerFire float64     `json:"commitsPerFire"`

@@ -41,6 +41,7 @@ type observer struct {
 	bad       int                  // messages that did not decode
 	appliedAt []time.Time          // when each TriggerCompleted was logged (readApplied)
 	reads     int                  // times wait read the streams (only wait's goroutine)
+	doneMsgs  int                  // messages read from the DONE stream
 }
 
 type fireObs struct {
@@ -169,6 +170,7 @@ func (o *observer) handle(stream string, m jetstream.Msg) {
 		o.byKey[key] = append(o.byKey[key], id)
 		return
 	}
+	o.doneMsgs++
 	bodies, err := events.Bodies(m.Headers(), m.Data())
 	if err != nil {
 		o.bad++
@@ -314,7 +316,7 @@ func (o *observer) result(s spec, t0 time.Time) Result {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r := Result{System: "agate", Workload: s.name, Param: s.param, Nodes: s.nodes, Expected: len(o.expected),
-		Demand: s.demand, Fired: len(o.fires), Failed: o.failed, Undecodable: o.bad, PerNode: map[string]int{}}
+		Demand: s.demand, Fired: len(o.fires), Failed: o.failed, Undecodable: o.bad, DoneMessages: o.doneMsgs, PerNode: map[string]int{}}
 	var fireLate, pubLate, startLate, e2eLate []time.Duration
 	var firstFired, lastFired time.Time
 	for _, f := range o.fires {

@@ -167,6 +167,10 @@ func writeDetails(w io.Writer, r Result) {
 		}
 	}
 	fmt.Fprintln(w)
+	if r.DoneMessages > 0 && r.Completions+r.Failed > 0 {
+		fmt.Fprintf(w, "The DONE stream held the %d outcomes in %d messages (%.1f a message: workers publish the outcomes that end together in one).\n",
+			r.Completions+r.Failed, r.DoneMessages, float64(r.Completions+r.Failed)/float64(r.DoneMessages))
+	}
 	if r.Failed > 0 || r.Unexpected > 0 || r.Undecodable > 0 || r.DuplicateFires > 0 || r.DuplicateCompletions > 0 {
 		fmt.Fprintf(w, "JobFailed %d, unexpected fires %d, undecodable messages %d, duplicate fires %d, duplicate completions %d.\n",
 			r.Failed, r.Unexpected, r.Undecodable, r.DuplicateFires, r.DuplicateCompletions)
