@@ -119,7 +119,8 @@ func (o *observer) collectFrom(ctx context.Context, last map[string]uint64, stre
 			return fmt.Errorf("reading stream %s: %w", st, err)
 		}
 		for o.seqOf(st) < last[st] {
-			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+			// No more than are there: a fetch waits for its batch to fill, 2 s when short.
+			batch, err := cons.Fetch(int(min(1000, last[st]-o.seqOf(st))), jetstream.FetchMaxWait(2*time.Second))
 			if err != nil {
 				return fmt.Errorf("reading stream %s: %w", st, err)
 			}
