@@ -177,10 +177,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 			c.cfg.Logger.DebugContext(ctx, "completion fetch ended", slog.Any("error", err))
 		}
-		outcomes := 0
-		if len(msgs) > 0 {
-			outcomes = c.handle(ctx, msgs)
-		}
+		outcomes := c.handle(ctx, msgs)
 		full = len(msgs) == c.cfg.Batch || outcomes >= c.cfg.Batch
 		if !full {
 			y.caughtUp()
@@ -296,8 +293,9 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) int {
 }
 
 // decodeAll appends to ps the outcomes m holds: one, or each of a worker's batch
-// (events.BatchMessage), which share m through a batchShare. Garbage cannot become valid by
-// redelivery: it is logged and dropped, a batch's valid outcomes recorded all the same.
+// (events.BatchMessage), which share m through a batchShare when there are several. Garbage
+// cannot become valid by redelivery: it is logged and dropped, a batch's valid outcomes
+// recorded all the same.
 func (c *Consumer) decodeAll(ctx context.Context, m jetstream.Msg, ps []pending) []pending {
 	drop := func(err error) {
 		c.cfg.Logger.ErrorContext(ctx, "dropping malformed completion message",
@@ -309,31 +307,28 @@ func (c *Consumer) decodeAll(ctx context.Context, m jetstream.Msg, ps []pending)
 		_ = m.Term()
 		return ps
 	}
-	if len(bodies) == 1 && m.Headers().Get("Content-Type") != events.ContentTypeBatch {
-		o, err := decode(m, bodies[0])
-		if err != nil {
-			drop(err)
-			_ = m.Term()
-			return ps
-		}
-		return append(ps, pending{out: o, msg: m})
-	}
 	outs := make([]Outcome, 0, len(bodies))
 	for i, b := range bodies {
 		o, err := decode(m, b)
+		if err != nil && len(bodies) > 1 {
+			err = fmt.Errorf("outcome %d of %d in a batch: %w", i+1, len(bodies), err)
+		}
 		if err != nil {
-			drop(fmt.Errorf("outcome %d of %d in a batch: %w", i+1, len(bodies), err))
+			drop(err)
 			continue
 		}
 		outs = append(outs, o)
 	}
-	if len(outs) == 0 {
+	var msg jetstream.Msg = m
+	switch {
+	case len(outs) == 0:
 		_ = m.Term()
 		return ps
+	case len(outs) > 1:
+		msg = newBatchShare(m, len(outs))
 	}
-	share := newBatchShare(m, len(outs))
 	for _, o := range outs {
-		ps = append(ps, pending{out: o, msg: share})
+		ps = append(ps, pending{out: o, msg: msg})
 	}
 	return ps
 }
