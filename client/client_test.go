@@ -12,6 +12,7 @@ import (
 
 	"github.com/agatesched/agate/client"
 	"github.com/agatesched/agate/internal/devenv/testnode"
+	"github.com/agatesched/agate/internal/events"
 )
 
 // The client against a real scheduler node: typed commands, results, errors matched by code
@@ -142,14 +143,17 @@ func TestPublisherAppliesEveryCommand(t *testing.T) {
 	for len(want) > 0 {
 		select {
 		case m := <-accepted:
-			var ev struct {
-				Type string `json:"type"`
-				Data struct {
-					CommandID string `json:"commandId"`
-				} `json:"data"`
-			}
-			if err := json.Unmarshal(m.Data, &ev); err == nil && ev.Type == "agate.command.accepted" {
-				delete(want, ev.Data.CommandID)
+			bodies, _ := events.Bodies(m.Header, m.Data) // a batch of commands' outcomes share a message
+			for _, body := range bodies {
+				var ev struct {
+					Type string `json:"type"`
+					Data struct {
+						CommandID string `json:"commandId"`
+					} `json:"data"`
+				}
+				if err := json.Unmarshal(body, &ev); err == nil && ev.Type == "agate.command.accepted" {
+					delete(want, ev.Data.CommandID)
+				}
 			}
 		case <-timeout:
 			t.Fatalf("%d of 300 published commands not accepted after a minute", len(want))

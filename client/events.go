@@ -422,7 +422,8 @@ func (s *EventStream) read(src *eventSource, it jetstream.MessagesContext, pendi
 	}
 }
 
-// decodeEvents reads the events of a message: one, or each of a worker's batch of outcomes.
+// decodeEvents reads the events of a message: one, or each of a batch (a worker's outcomes, a
+// transaction's events of the EVENTS stream).
 // It returns those it could read, and an error for the others.
 func decodeEvents(stream string, msg jetstream.Msg) ([]Event, error) {
 	malformed := func(err error) error {

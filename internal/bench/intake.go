@@ -211,24 +211,27 @@ func publishCommands(ctx context.Context, nc *nats.Conn, js jetstream.JetStream,
 	var mu sync.Mutex
 	all := make(chan struct{})
 	sub, err := nc.Subscribe(events.Subjects(ns).Evt("command"), func(m *nats.Msg) {
-		var data struct {
-			CommandID string `json:"commandId"`
-		}
-		env, err := events.Decode(m.Data, &data)
+		bodies, err := events.Bodies(m.Header, m.Data) // a node's commands of one transaction share a message
 		if err != nil {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if seen[data.CommandID] || !strings.HasPrefix(data.CommandID, "c-") {
-			return // published at least once: a duplicate
-		}
-		seen[data.CommandID] = true
-		if env.Type == events.TypeCommandRejected {
-			rejected.Add(1)
-		}
-		if accepted.Add(1) == int64(n) {
-			close(all)
+		for _, body := range bodies {
+			var data struct {
+				CommandID string `json:"commandId"`
+			}
+			env, err := events.Decode(body, &data)
+			if err != nil || seen[data.CommandID] || !strings.HasPrefix(data.CommandID, "c-") {
+				continue // not an outcome of these commands, or one published again: a duplicate
+			}
+			seen[data.CommandID] = true
+			if env.Type == events.TypeCommandRejected {
+				rejected.Add(1)
+			}
+			if accepted.Add(1) == int64(n) {
+				close(all)
+			}
 		}
 	})
 	if err != nil {

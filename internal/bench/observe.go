@@ -486,8 +486,11 @@ func (o *observer) readApplied(ctx context.Context) error {
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			if env, err := events.Decode(m.Data(), new(struct{})); err == nil && env.Type == events.TypeTriggerCompleted {
-				at = append(at, env.Time)
+			bodies, _ := events.Bodies(m.Headers(), m.Data()) // a completion transaction's share a message
+			for _, body := range bodies {
+				if env, err := events.Decode(body, new(struct{})); err == nil && env.Type == events.TypeTriggerCompleted {
+					at = append(at, env.Time)
+				}
 			}
 		}
 		if err := batch.Error(); err != nil && n == 0 {

@@ -61,6 +61,45 @@ func BatchSize(e Event) int {
 	return e.Envelope().sizeHint() + len(e.TraceParent) + len(e.TraceState) + 32 // 32: the two members' names
 }
 
+// Batches splits items into the batches of events to publish: by subject, in order, each within
+// max events and limit bytes of BatchSize (an event larger than limit goes alone). event gives
+// an item's event. The split depends on nothing but the items, so the same items make the same
+// batches each time: a publisher that forms them again keeps their BatchIDs.
+func Batches[T any](items []T, event func(T) Event, max, limit int) [][]T {
+	type open struct {
+		at, size int // index in out; bytes so far
+	}
+	var out [][]T
+	bySubject := map[string]open{}
+	for _, it := range items {
+		e := event(it)
+		size := BatchSize(e)
+		b, ok := bySubject[e.Topic]
+		if !ok || len(out[b.at]) >= max || b.size+size > limit {
+			b = open{at: len(out)}
+			out = append(out, nil)
+		}
+		out[b.at] = append(out[b.at], it)
+		b.size += size
+		bySubject[e.Topic] = b
+	}
+	return out
+}
+
+// batchIDs is the name space of BatchID's name-based UUIDs.
+var batchIDs = uuid.MustParse("6f1b2c1e-8a7d-4c3e-9b0a-5d2f4e6a8c10")
+
+// BatchID is a Nats-Msg-Id for a batch of evs that depends only on their ids and order (a UUID
+// version 5 of them): whoever publishes the same batch again, the node that formed it or the
+// outbox sweep after it died, publishes it under the same id, and JetStream drops the copy.
+func BatchID(evs []Event) uuid.UUID {
+	name := make([]byte, 0, 16*len(evs))
+	for _, e := range evs {
+		name = append(name, e.ID[:]...)
+	}
+	return uuid.NewSHA1(batchIDs, name)
+}
+
 // Bodies returns the envelopes a message holds: its body, or each element of a batch
 // (Content-Type ContentTypeBatch). Readers of the DONE stream use it: a worker may publish
 // several outcomes in one message.

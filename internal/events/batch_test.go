@@ -1,6 +1,7 @@
 package events
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,56 @@ func TestBatchesAreRefusedWhenMalformed(t *testing.T) {
 	for _, body := range []string{`{"id":"x"}`, `[]`, `[{"id":`, ``} {
 		if _, err := Bodies(h, []byte(body)); err == nil {
 			t.Errorf("Bodies accepted the batch %q", body)
+		}
+	}
+}
+
+// Events waiting together are split by subject, in order, and within the count and size a
+// message may hold; one larger than a message goes alone.
+func TestBatchesKeepToSubjectCountAndSize(t *testing.T) {
+	subj := Subjects("ns")
+	var evs []Event
+	add := func(typ string, data int) {
+		ev, err := New(TypeJobCompleted, "agate/ns/w", AggregateJob, "g.j", subj.Done(typ), time.Now(),
+			JobResult{Data: []byte(`"` + strings.Repeat("x", data) + `"`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Subject = strconv.Itoa(len(evs)) // to name it below
+		evs = append(evs, ev)
+	}
+	for range 4 {
+		add("a", 10)
+	}
+	add("b", 10)
+	add("a", 10)
+	add("b", 5000) // larger than the limit below
+	add("b", 10)
+	var got []string
+	for _, b := range Batches(evs, func(e Event) Event { return e }, 3, 2000) {
+		var names []string
+		for _, e := range b {
+			names = append(names, e.Subject)
+		}
+		got = append(got, strings.Join(names, ","))
+	}
+	want := "0,1,2 3,5 4 6 7"
+	if strings.Join(got, " ") != want {
+		t.Errorf("batches %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+// A batch's id depends on its events' ids and order alone: the same batch formed again gets
+// the same id, another batch another.
+func TestBatchIDNamesTheEventsInOrder(t *testing.T) {
+	a, b := Event{ID: uuid.Must(uuid.NewV7())}, Event{ID: uuid.Must(uuid.NewV7())}
+	same := []Event{{ID: a.ID, Type: "other"}, {ID: b.ID}}
+	if BatchID([]Event{a, b}) != BatchID(same) {
+		t.Error("the same events in the same order got different ids")
+	}
+	for _, other := range [][]Event{{b, a}, {a}, {a, b, a}} {
+		if BatchID(other) == BatchID([]Event{a, b}) {
+			t.Errorf("batch of %d events got the id of another", len(other))
 		}
 	}
 }

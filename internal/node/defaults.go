@@ -4,6 +4,7 @@ import (
 	"github.com/agatesched/agate/internal/acquire"
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/recovery"
 	"github.com/agatesched/agate/internal/retention"
 )
@@ -22,6 +23,7 @@ const (
 	AbandonGraceDefault     = recovery.AbandonGraceDefault
 	EventRetentionDefault   = retention.EventRetentionDefault
 	SnapshotIntervalDefault = retention.SnapshotIntervalDefault
+	EventBatchDefault       = outbox.EventBatchDefault
 
 	StreamReplicasDefault  = events.StreamReplicasDefault
 	StreamMaxAgeDefault    = events.StreamMaxAgeDefault

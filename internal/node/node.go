@@ -56,8 +56,11 @@ type Config struct {
 	CheckinInterval  time.Duration
 	SweepInterval    time.Duration
 	SweepDelay       time.Duration
-	JobTypes         []string
-	MaxCommandBytes  int
+	// EventBatch is the most events of the EVENTS stream published in one message
+	// (outbox.Config.EventBatch); 1 publishes each alone. Default EventBatchDefault.
+	EventBatch      int
+	JobTypes        []string
+	MaxCommandBytes int
 	// Streams are the replicas and limits of the namespace's JetStream streams, applied at start
 	// to streams that exist already too (events.EnsureStreamsWith). Zero fields: the defaults.
 	Streams events.StreamSettings
@@ -148,6 +151,9 @@ func (c Config) Validate() error {
 	if c.PartitionsAtOnce < 0 || c.PartitionsAtOnce > MaxPartitionsAtOnce {
 		return fmt.Errorf("partitions at once must be between 1 and %d", MaxPartitionsAtOnce)
 	}
+	if c.EventBatch < 0 {
+		return fmt.Errorf("event batch %d: give at least 1 (1 publishes each event in a message of its own)", c.EventBatch)
+	}
 	if c.WorkerMaxDeliver < 0 || c.WorkerJobTimeout < 0 || c.AbandonGrace < 0 || c.HealEvery < 0 {
 		return fmt.Errorf("max-deliver, job-timeout and abandon-grace must be positive")
 	}
@@ -228,7 +234,8 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	}
 	member := &store.Member{} // set by recovery when the node joins; acquire and fire read it
 	cfg.Health.joining(member)
-	ob := outbox.New(outbox.Config{Namespace: ns, InstanceID: cfg.InstanceID, SweepInterval: cfg.SweepInterval, SweepDelay: cfg.SweepDelay, Logger: log}, pool, js)
+	ob := outbox.New(outbox.Config{Namespace: ns, InstanceID: cfg.InstanceID, SweepInterval: cfg.SweepInterval, SweepDelay: cfg.SweepDelay,
+		EventBatch: cfg.EventBatch, Logger: log}, pool, js)
 	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log, Now: cfg.Now})
 	queue := fire.NewQueue(fire.QueueConfig{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, MaxBatch: cfg.Batch,
 		Logger: log, Now: cfg.Now, Wake: wakeup, Member: member}, ob, firer)

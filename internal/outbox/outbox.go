@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -46,8 +48,17 @@ type Config struct {
 	// QueueLen is how many committed transactions' events may wait for the publisher; beyond
 	// that (NATS slow or down) they are left to the sweep. Default 1024.
 	QueueLen int
-	Logger   *slog.Logger
+	// EventBatch is the most events of the EVENTS stream published in one message (a batch:
+	// docs/contract.md, "Batches of events"); 1 publishes each alone, for readers that do not
+	// read batches. JobFired always goes alone. Default EventBatchDefault.
+	EventBatch int
+	Logger     *slog.Logger
 }
+
+// EventBatchDefault is Config.EventBatch's default. The bus's costs are per message more than
+// per byte, and the completion of a fire logs two events for EVENTS (TriggerCompleted,
+// JobDeleted), which a burst's completions now share with the other fires of their transaction.
+const EventBatchDefault = 100
 
 // Outbox writes events to the log in the transaction of the change they describe and publishes
 // them to JetStream after commit.
@@ -66,6 +77,8 @@ type Outbox struct {
 	js    jetstream.JetStream
 	queue chan queued
 	pub   *published
+	// evtPrefix starts the subjects of the EVENTS stream, whose events go in batches.
+	evtPrefix string
 
 	TestSignals TestSignals
 }
@@ -83,8 +96,10 @@ func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream) *Outbox {
 	cfg.SweepDelay = cmp.Or(cfg.SweepDelay, 3*time.Second)
 	cfg.SweepBatch = cmp.Or(cfg.SweepBatch, 1000)
 	cfg.QueueLen = cmp.Or(cfg.QueueLen, 1024)
+	cfg.EventBatch = cmp.Or(cfg.EventBatch, EventBatchDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	return &Outbox{cfg: cfg, pool: pool, js: js, queue: make(chan queued, cfg.QueueLen), pub: newPublished()}
+	return &Outbox{cfg: cfg, pool: pool, js: js, queue: make(chan queued, cfg.QueueLen), pub: newPublished(),
+		evtPrefix: strings.TrimSuffix(events.Subjects(cfg.Namespace).All("evt"), ">")}
 }
 
 // Tx is a transaction that records the events of the change it makes.
@@ -319,7 +334,7 @@ func (o *Outbox) runPublisher(ctx context.Context) {
 // Publishing again is safe: Nats-Msg-Id makes JetStream drop what it already has.
 func (o *Outbox) publishQueued(ctx context.Context, evs []events.Event) bool {
 	for attempt := 1; ; attempt++ {
-		err := publish(ctx, o.js, evs)
+		err := o.publish(ctx, evs)
 		if err == nil {
 			if attempt > 1 {
 				o.cfg.Logger.InfoContext(ctx, "published committed events after retrying", slog.Int("events", len(evs)),
@@ -348,40 +363,58 @@ func (o *Outbox) publishQueued(ctx context.Context, evs []events.Event) bool {
 // tracer makes the publish spans.
 var tracer = telemetry.Tracer("outbox")
 
-// publish publishes events and waits until JetStream stored (or de-duplicated) each one. An
-// event with trace context gets an "agate.publish" span in its trace (a JobFired's: a child of
-// its fire span), from the publish to JetStream's acknowledgement; the message carries the
-// event's own trace context, not the publish span's, so that a consumer's span is a child of
-// the step that made the event, whichever node or sweep published it.
-func publish(ctx context.Context, js jetstream.JetStream, evs []events.Event) error {
-	if js == nil {
+// publish publishes the events of transactions and waits until JetStream stored (or
+// de-duplicated) each one. A transaction's events of the EVENTS stream go in batches
+// (events.Batches, at most EventBatch a message, in log order; never two transactions' in one),
+// so the sweep, publishing what a node did not, forms the batches that node did, under the same
+// ids; JobFired goes alone, a message a fire for the workers. An event with trace
+// context gets an "agate.publish" span in its trace (a JobFired's: a child of its fire span),
+// from the publish to JetStream's acknowledgement; the message carries the event's own trace
+// context, not the publish span's, so that a consumer's span is a child of the step that made
+// the event, whichever node or sweep published it.
+func (o *Outbox) publish(ctx context.Context, txs ...[]events.Event) error {
+	if o.js == nil {
 		return errors.New("no JetStream connection")
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(evs))
-	var spans []trace.Span // futures' spans, by index, once one is traced
-	for _, e := range evs {
-		if e.Topic == "" {
-			continue
+	var msgs [][]events.Event
+	for _, evs := range txs {
+		var batched []events.Event
+		for i, e := range evs {
+			switch {
+			case e.Topic == "":
+			case o.cfg.EventBatch > 1 && strings.HasPrefix(e.Topic, o.evtPrefix):
+				batched = append(batched, e)
+			default:
+				msgs = append(msgs, evs[i:i+1])
+			}
 		}
-		msg, err := events.Message(e)
+		if len(batched) > 0 {
+			msgs = append(msgs, events.Batches(batched, func(e events.Event) events.Event { return e }, o.cfg.EventBatch,
+				o.batchLimit())...)
+		}
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	spans := make([][]trace.Span, 0, len(msgs)) // each message's events' spans, nil when none is traced
+	for _, m := range msgs {
+		var msg *nats.Msg
+		var err error
+		if len(m) == 1 {
+			msg, err = events.Message(m[0])
+		} else {
+			msg, err = events.BatchMessage(events.BatchID(m), m)
+		}
 		if err != nil {
 			endSpans(spans, err)
 			return err
 		}
-		span := publishSpan(ctx, e)
-		f, err := js.PublishMsgAsync(msg)
+		spans = append(spans, publishSpans(ctx, m))
+		f, err := o.js.PublishMsgAsync(msg)
 		if err != nil {
-			err = fmt.Errorf("publishing %s to %s: %w", e.Type, e.Topic, err)
-			endSpans(append(spans, span), err)
+			err = fmt.Errorf("publishing %d events to %s: %w", len(m), msg.Subject, err)
+			endSpans(spans, err)
 			return err
 		}
 		futures = append(futures, f)
-		if span != nil && spans == nil {
-			spans = make([]trace.Span, len(futures)-1, len(evs))
-		}
-		if spans != nil {
-			spans = append(spans, span)
-		}
 	}
 	var errs []error
 	for i, f := range futures {
@@ -392,14 +425,37 @@ func publish(ctx context.Context, js jetstream.JetStream, evs []events.Event) er
 			err = fmt.Errorf("publishing to %s: %w", f.Msg().Subject, err)
 			errs = append(errs, err)
 		case <-ctx.Done():
-			endSpans(spans[min(i, len(spans)):], ctx.Err())
+			endSpans(spans[i:], ctx.Err())
 			return ctx.Err()
 		}
-		if i < len(spans) && spans[i] != nil {
-			endSpans(spans[i:i+1], err)
-		}
+		endSpans(spans[i:i+1], err)
 	}
 	return errors.Join(errs...)
+}
+
+// batchLimit is the most bytes of events in one message: the server's largest message, less
+// room for the headers and the batch's brackets.
+func (o *Outbox) batchLimit() int {
+	limit := int(o.js.Conn().MaxPayload())
+	if limit <= 0 {
+		limit = 1 << 20 // not connected: the server's default; the publish fails and says why
+	}
+	return limit - 512
+}
+
+// publishSpans starts the publish spans of the events of one message, nil when none has trace
+// context or nothing records.
+func publishSpans(ctx context.Context, evs []events.Event) []trace.Span {
+	var spans []trace.Span
+	for i, e := range evs {
+		if s := publishSpan(ctx, e); s != nil {
+			if spans == nil {
+				spans = make([]trace.Span, len(evs))
+			}
+			spans[i] = s
+		}
+	}
+	return spans
 }
 
 // publishSpan starts the publish span of e, nil when e has no trace context or nothing records.
@@ -417,16 +473,18 @@ func publishSpan(ctx context.Context, e events.Event) trace.Span {
 	return span
 }
 
-// endSpans ends the spans that are not nil, with err as their status when not nil.
-func endSpans(spans []trace.Span, err error) {
-	for _, s := range spans {
-		if s == nil {
-			continue
+// endSpans ends the spans of messages that are not nil, with err as their status when not nil.
+func endSpans(msgs [][]trace.Span, err error) {
+	for _, spans := range msgs {
+		for _, s := range spans {
+			if s == nil {
+				continue
+			}
+			if err != nil {
+				s.SetStatus(codes.Error, err.Error())
+			}
+			s.End()
 		}
-		if err != nil {
-			s.SetStatus(codes.Error, err.Error())
-		}
-		s.End()
 	}
 }
 
@@ -450,19 +508,22 @@ func (o *Outbox) sweepOnce(ctx context.Context) (published, passed int, err erro
 		if err != nil {
 			return fmt.Errorf("reading outbox cursor: %w", err)
 		}
-		evs, xid, seq, n, err := o.unpublished(ctx, tx, lastXID, lastSeq)
+		txs, xid, seq, n, err := o.unpublished(ctx, tx, lastXID, lastSeq)
 		if err != nil || xid == "" {
 			return err
 		}
-		if len(evs) > 0 {
-			if err := publish(ctx, o.js, evs); err != nil {
+		if len(txs) > 0 {
+			if err := o.publish(ctx, txs...); err != nil {
 				return err
 			}
 		}
 		if _, err := tx.Exec(ctx, queries.Get("AdvanceCursor"), o.cfg.Namespace, xid, seq); err != nil {
 			return fmt.Errorf("advancing outbox cursor: %w", err)
 		}
-		published, passed = len(evs), n
+		for _, evs := range txs {
+			published += len(evs)
+		}
+		passed = n
 		return nil
 	})
 	if err == nil {
@@ -472,15 +533,16 @@ func (o *Outbox) sweepOnce(ctx context.Context) (published, passed int, err erro
 }
 
 // unpublished reads the events after the cursor, up to the first one not vouched for that is
-// younger than SweepDelay: it returns those not vouched for, the position of the last row
-// passed ("" when none) and how many rows it passed.
-func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (evs []events.Event, xid string, seq int64, passed int, err error) {
+// younger than SweepDelay: it returns those not vouched for, by transaction, the position of the
+// last row passed ("" when none) and how many rows it passed.
+func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (txs [][]events.Event, xid string, seq int64, passed int, err error) {
 	rows, err := tx.Query(ctx, queries.Get("SweepBatch"), o.cfg.Namespace, lastXID, lastSeq, o.cfg.SweepBatch)
 	if err != nil {
 		return nil, "", 0, 0, fmt.Errorf("reading outbox: %w", err)
 	}
 	defer rows.Close()
 	cutoff := time.Now().Add(-o.cfg.SweepDelay)
+	var txXID string // the transaction of txs' last
 	for rows.Next() {
 		var rowSeq int64
 		var rowXID string
@@ -497,7 +559,10 @@ func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, las
 			if at.After(cutoff) {
 				break // the rest is young: its own node is publishing it
 			}
-			evs = append(evs, events.Event{ID: *id, Type: *typ, Source: *source, Aggregate: *aggregate,
+			if len(txs) == 0 || rowXID != txXID {
+				txs, txXID = append(txs, nil), rowXID
+			}
+			txs[len(txs)-1] = append(txs[len(txs)-1], events.Event{ID: *id, Type: *typ, Source: *source, Aggregate: *aggregate,
 				AggregateID: *aggregateID, Subject: *aggregateID, Topic: *topic, Time: *at, Data: data, TraceParent: *trace})
 		}
 		seq, xid = rowSeq, rowXID
@@ -506,5 +571,5 @@ func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, las
 	if err := rows.Err(); err != nil {
 		return nil, "", 0, 0, fmt.Errorf("reading outbox: %w", err)
 	}
-	return evs, xid, seq, passed, nil
+	return txs, xid, seq, passed, nil
 }

@@ -55,17 +55,51 @@ func appendOne(t *testing.T, ctx context.Context, tx pgx.Tx, ns, name string) ev
 	return ev
 }
 
-func streamCount(t *testing.T, js jetstream.JetStream, ns string) uint64 {
+// streamCount is how many messages the namespace's EVENTS stream holds, and how many events
+// they hold (a message may be a batch).
+func streamCount(t *testing.T, js jetstream.JetStream, ns string) (msgs, evs uint64) {
 	t.Helper()
-	s, err := js.Stream(t.Context(), events.StreamEvents(ns))
+	ctx := t.Context()
+	s, err := js.Stream(ctx, events.StreamEvents(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.Info(t.Context())
+	info, err := s.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Msgs
+	msgs = info.State.Msgs
+	if msgs == 0 {
+		return 0, 0
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents(ns), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.FetchNoWait(int(msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := uint64(0)
+	for m := range batch.Messages() {
+		bodies, err := events.Bodies(m.Headers(), m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs += uint64(len(bodies))
+		read++
+	}
+	if read != msgs {
+		t.Fatalf("read %d of the stream's %d messages (%v)", read, msgs, batch.Error())
+	}
+	return msgs, evs
+}
+
+// streamEvents is how many events the namespace's EVENTS stream holds.
+func streamEvents(t *testing.T, js jetstream.JetStream, ns string) uint64 {
+	t.Helper()
+	_, evs := streamCount(t, js, ns)
+	return evs
 }
 
 // The sweep publishes what nobody published, in log order, never skips a row whose transaction
@@ -101,8 +135,8 @@ func TestSweepPublishesLeftoversWithoutSkipping(t *testing.T) {
 	if n, err = relay.SweepOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("second sweep published %d events (err %v), want 0", n, err)
 	}
-	if got := streamCount(t, js, ns); got != 2 {
-		t.Fatalf("stream holds %d messages, want 2", got)
+	if got := streamEvents(t, js, ns); got != 2 {
+		t.Fatalf("stream holds %d events, want 2", got)
 	}
 	// Publishing the same events again (as the committing node and the sweep both may) is
 	// dropped by JetStream's de-duplication on Nats-Msg-Id.
@@ -116,11 +150,11 @@ func TestSweepPublishesLeftoversWithoutSkipping(t *testing.T) {
 	}
 	ev, _ := events.New(events.TypeTriggerScheduled, "x", events.AggregateTrigger, "g.slow", events.Subjects(ns).Evt("trigger"), time.Now(), nil)
 	ev.ID = ids[0]
-	if err := publish(ctx, js, []events.Event{ev}); err != nil {
+	if err := relay.publish(ctx, []events.Event{ev}); err != nil {
 		t.Fatal(err)
 	}
-	if got := streamCount(t, js, ns); got != 2 {
-		t.Fatalf("stream holds %d messages after a duplicate publish, want 2", got)
+	if got := streamEvents(t, js, ns); got != 2 {
+		t.Fatalf("stream holds %d events after a duplicate publish, want 2", got)
 	}
 }
 
@@ -163,8 +197,59 @@ func TestInTxLogsAndPublishesAfterCommit(t *testing.T) {
 	if logged != 2 {
 		t.Fatalf("the log holds %d events, want the committed transaction's 2", logged)
 	}
-	if got := streamCount(t, js, ns); got != 1 {
-		t.Fatalf("stream holds %d messages, want 1", got)
+	if got := streamEvents(t, js, ns); got != 1 {
+		t.Fatalf("stream holds %d events, want 1", got)
+	}
+}
+
+// A transaction's events of the EVENTS stream go in batches, by subject and at most
+// EventBatch a message, with JobFired alone; the sweep, publishing the same transaction again
+// (its node never vouched for it), forms the same batches under the same ids, and JetStream
+// drops the copies. With EventBatch 1 every event goes alone.
+func TestEventsOfATransactionShareMessages(t *testing.T) {
+	for _, tc := range []struct {
+		batch, msgs int
+	}{{batch: 2, msgs: 4}, {batch: 1, msgs: 6}} {
+		t.Run(fmt.Sprintf("EventBatch=%d", tc.batch), func(t *testing.T) {
+			pool, js, ns := setup(t)
+			ctx := t.Context()
+			ob := New(Config{Namespace: ns, InstanceID: "n1", SweepInterval: time.Hour, EventBatch: tc.batch}, pool, js)
+			ob.TestSignals.Published.Init()
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error)
+			go func() { done <- ob.Run(runCtx) }()
+			defer func() { cancel(); <-done }()
+
+			subj := events.Subjects(ns)
+			var evs []events.Event
+			for i, topic := range []string{subj.Evt("trigger"), subj.Evt("job"), subj.Evt("trigger"), subj.Fired("noop"),
+				subj.Evt("trigger"), subj.Evt("job")} {
+				ev, err := events.New(events.TypeTriggerScheduled, events.Source(ns, "n1"), events.AggregateTrigger,
+					fmt.Sprintf("g.t%d", i), topic, time.Now(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				evs = append(evs, ev)
+			}
+			if err := ob.InTx(ctx, func(tx *Tx) error { tx.Append(evs...); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if n := ob.TestSignals.Published.Wait(t); n != len(evs) {
+				t.Fatalf("published %d events, want %d", n, len(evs))
+			}
+			// The fired event is in FIRED; trigger events 0, 2 | 4 and job events 1, 5 in EVENTS.
+			wantMsgs := uint64(tc.msgs - 1)
+			if msgs, n := streamCount(t, js, ns); msgs != wantMsgs || n != 5 {
+				t.Fatalf("EVENTS holds %d events in %d messages, want 5 in %d", n, msgs, wantMsgs)
+			}
+			relay := New(Config{Namespace: ns, SweepDelay: time.Nanosecond, EventBatch: tc.batch}, pool, js)
+			if n, err := relay.SweepOnce(ctx); err != nil || n != len(evs) {
+				t.Fatalf("swept %d events (err %v), want the %d nobody vouched for", n, err, len(evs))
+			}
+			if msgs, n := streamCount(t, js, ns); msgs != wantMsgs || n != 5 {
+				t.Fatalf("after the sweep EVENTS holds %d events in %d messages, want the same 5 in %d", n, msgs, wantMsgs)
+			}
+		})
 	}
 }
 
@@ -201,9 +286,9 @@ func TestSweepOrdersXIDsAsNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for streamCount(t, js, ns) < 2 {
+	for streamEvents(t, js, ns) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the sweep published %d of the 2 events (xids %d and ≥ %d)", streamCount(t, js, ns), older, next)
+			t.Fatalf("the sweep published %d of the 2 events (xids %d and ≥ %d)", streamEvents(t, js, ns), older, next)
 		}
 		if _, err := relay.SweepOnce(ctx); err != nil {
 			t.Fatal(err)
@@ -260,9 +345,9 @@ func TestSweepStopsBeforeAYoungRow(t *testing.T) {
 		t.Fatalf("cursor at %s, want %s: the other namespace's row, read just before the young one", got, want)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for streamCount(t, js, ns) < 3 {
+	for streamEvents(t, js, ns) < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the sweep published %d of the 3 events", streamCount(t, js, ns))
+			t.Fatalf("the sweep published %d of the 3 events", streamEvents(t, js, ns))
 		}
 		if _, err := relay.SweepOnce(ctx); err != nil {
 			t.Fatal(err)
@@ -341,8 +426,8 @@ func TestSweepSkipsWhatANodeVouchedFor(t *testing.T) {
 	if n, err := relay.SweepOnce(ctx); err != nil || n != 3 {
 		t.Fatalf("swept %d events (err %v), want 3: the earlier run's one and n2's two", n, err)
 	}
-	if got := streamCount(t, js, ns); got != 6 {
-		t.Fatalf("stream holds %d messages, want all 6", got)
+	if got := streamEvents(t, js, ns); got != 6 {
+		t.Fatalf("stream holds %d events, want all 6", got)
 	}
 	var logged int
 	if err := pool.QueryRow(ctx, `select count(*) from events e, outbox_cursor c

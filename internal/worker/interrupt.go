@@ -66,20 +66,33 @@ func (e *executions) interrupt(job events.Key, fireID uuid.UUID) int {
 // fire for a pair of workers, and the data of every job of every type.
 func (w *Worker) subscribeInterrupts(ctx context.Context) (*nats.Subscription, error) {
 	return w.js.Conn().Subscribe(w.subjects.Evt("interrupt"), func(m *nats.Msg) {
-		var req events.InterruptRequest
-		env, err := events.Decode(m.Data, &req)
-		if err != nil || env.Type != events.TypeJobInterruptRequested {
+		bodies, err := events.Bodies(m.Header, m.Data) // requests of one transaction share a message
+		if err != nil {
 			w.log.WarnContext(ctx, "ignoring a message on the interrupt subject that is not an interrupt request",
 				"subject", m.Subject, "error", err)
 			return
 		}
-		if age := time.Since(env.Time); age > interruptMaxAge {
-			w.log.WarnContext(ctx, "ignoring an interrupt request that arrived late", "job", req.Job.String(), "age", age.Round(time.Second))
-			return
-		}
-		if n := w.running.interrupt(req.Job, req.FireID); n > 0 {
-			w.log.InfoContext(ctx, "interrupting runs", "job", req.Job.String(), "fire_id", req.FireID, "runs", n,
-				"command_id", req.CommandID)
+		for _, body := range bodies {
+			w.interruptFor(ctx, m.Subject, body)
 		}
 	})
+}
+
+// interruptFor interrupts the runs an interrupt request's body names.
+func (w *Worker) interruptFor(ctx context.Context, subject string, body []byte) {
+	var req events.InterruptRequest
+	env, err := events.Decode(body, &req)
+	if err != nil || env.Type != events.TypeJobInterruptRequested {
+		w.log.WarnContext(ctx, "ignoring a message on the interrupt subject that is not an interrupt request",
+			"subject", subject, "error", err)
+		return
+	}
+	if age := time.Since(env.Time); age > interruptMaxAge {
+		w.log.WarnContext(ctx, "ignoring an interrupt request that arrived late", "job", req.Job.String(), "age", age.Round(time.Second))
+		return
+	}
+	if n := w.running.interrupt(req.Job, req.FireID); n > 0 {
+		w.log.InfoContext(ctx, "interrupting runs", "job", req.Job.String(), "fire_id", req.FireID, "runs", n,
+			"command_id", req.CommandID)
+	}
 }

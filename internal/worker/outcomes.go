@@ -72,7 +72,7 @@ func (o *outcomes) send(ctx context.Context) {
 		}
 		o.mu.Unlock()
 		var wg sync.WaitGroup
-		for _, b := range o.batches(qs, o.limit()) {
+		for _, b := range events.Batches(qs, func(q queued) events.Event { return q.ev }, o.max, o.limit()) {
 			wg.Go(func() {
 				msg, err := o.message(b)
 				if err == nil {
@@ -95,28 +95,6 @@ func (o *outcomes) limit() int {
 		limit = 1 << 20 // not connected: the server's default; the publish fails and says why
 	}
 	return limit - batchHeaders
-}
-
-// batches splits qs into the messages to publish: by subject, in order, each within o.max
-// outcomes and limit bytes (an outcome larger than limit goes alone).
-func (o *outcomes) batches(qs []queued, limit int) [][]queued {
-	type open struct {
-		at, size int // index in out; bytes so far
-	}
-	var out [][]queued
-	bySubject := map[string]open{}
-	for _, q := range qs {
-		size := events.BatchSize(q.ev)
-		b, ok := bySubject[q.ev.Topic]
-		if !ok || len(out[b.at]) >= o.max || b.size+size > limit {
-			b = open{at: len(out)}
-			out = append(out, nil)
-		}
-		out[b.at] = append(out[b.at], q)
-		b.size += size
-		bySubject[q.ev.Topic] = b
-	}
-	return out
 }
 
 // batchHeaders is room left in a message for its headers and the batch's brackets.

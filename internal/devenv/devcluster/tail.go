@@ -37,7 +37,16 @@ func startTail(ctx context.Context, js jetstream.JetStream, ns string, log *slog
 			stop()
 			return nil, fmt.Errorf("reading stream %s: %w", src.stream, err)
 		}
-		cc, err := cons.Consume(func(m jetstream.Msg) { logEvent(log, m.Data()) })
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			bodies, err := events.Bodies(m.Headers(), m.Data()) // a transaction's trigger events share a message
+			if err != nil {
+				log.Debug("tail: unreadable message", slog.String("error", err.Error()))
+				return
+			}
+			for _, body := range bodies {
+				logEvent(log, body)
+			}
+		})
 		if err != nil {
 			stop()
 			return nil, fmt.Errorf("reading stream %s: %w", src.stream, err)
