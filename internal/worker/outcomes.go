@@ -78,6 +78,9 @@ func (o *outcomes) send(ctx context.Context) {
 				if err == nil {
 					err = o.w.deliver(ctx, msg)
 				}
+				if err == nil && o.w.afterStore != nil {
+					o.w.afterStore(len(b))
+				}
 				for _, q := range b {
 					q.done <- err
 				}

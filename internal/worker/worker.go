@@ -96,6 +96,8 @@ type Worker struct {
 	running     executions
 	metrics     metrics
 	pulling     pulling // for readiness: whether the pull loops run
+
+	afterStore func(n int) // tests (export_test.go): runs once a message of n outcomes is stored, before their fires are acked
 }
 
 // broadcast wakes every waiter each time it fires.

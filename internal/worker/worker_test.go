@@ -92,6 +92,12 @@ func (e *env) startWorker(js jetstream.JetStream, cfg worker.Config, reg *worker
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return e.run(w, reg)
+}
+
+// run runs w, made for the types of reg, until the test ends.
+func (e *env) run(w *worker.Worker, reg *worker.Registry) *running {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan struct{})}
 	go func() { r.err = w.Run(ctx); close(r.done) }()
@@ -829,4 +835,136 @@ func TestOutcomesThatFinishTogetherShareAMessage(t *testing.T) {
 			t.Logf("%d outcomes in %d messages", jobs, msgs)
 		})
 	}
+}
+
+// A worker stopped after JetStream stored a batch of its outcomes and before it acked their
+// fires (killed between the two) leaves those fires unacknowledged: JetStream delivers them
+// again after the ack wait, and another worker runs them again (at-least-once) and publishes
+// their outcomes under the same fireIds at attempt 2. The schedulers end an execution once, so
+// the second outcomes change nothing (complete's TestConsumerAcksABatchOnceEveryOutcomeIsRecorded,
+// TestApply).
+func TestFiresOfAStoredButUnackedBatchRunAgain(t *testing.T) {
+	const jobs = 6
+	e := newEnv(t)
+	started, gate := make(chan struct{}, jobs), make(chan struct{})
+	regA := worker.NewRegistry()
+	regA.Register("work", func(ctx context.Context, job worker.Job) error {
+		started <- struct{}{}
+		<-gate
+		return nil
+	})
+	ncA, jsA := connect(t, e.url)
+	cfg := e.testConfig("worker-a")
+	cfg.Concurrency = jobs
+	a, err := worker.New(cfg, jsA, regA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first job's outcome goes alone; while its store is held here, the other jobs end and
+	// queue theirs, which go together in the next message. Once that batch is stored, A "dies".
+	firstStored, proceed := make(chan struct{}), make(chan struct{})
+	var stores, batch atomic.Int32
+	worker.AfterStore(a, func(n int) {
+		switch stores.Add(1) {
+		case 1:
+			close(firstStored)
+			<-proceed
+		case 2:
+			batch.Store(int32(n))
+			ncA.Close() // A's process dies: the batch is stored, its fires not acked
+		}
+	})
+	runA := e.run(a, regA)
+	outcomes := e.watchDone()
+	fired := map[uuid.UUID]bool{}
+	for range jobs {
+		fired[e.fire("work", `{}`, "").FireID] = true
+	}
+	for range jobs {
+		<-started
+	}
+	gate <- struct{}{} // one job ends
+	<-firstStored
+	close(gate) // the others end while its outcome's store is held
+	deadline := time.Now().Add(waitFor)
+	for worker.QueuedOutcomes(a) < jobs-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d outcomes queued behind the first", worker.QueuedOutcomes(a), jobs-1)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(proceed)
+	if err := runA.wait(t); err == nil || !strings.Contains(err.Error(), "connection closed") {
+		t.Fatalf("worker A's Run returned %v; want an error saying its connection closed", err)
+	}
+	if n := batch.Load(); n != jobs-1 {
+		t.Fatalf("worker A stored a batch of %d outcomes before it stopped, want %d", n, jobs-1)
+	}
+
+	var ranB atomic.Int32
+	regB := worker.NewRegistry()
+	regB.Register("work", func(ctx context.Context, job worker.Job) error {
+		ranB.Add(1)
+		return nil
+	})
+	_, jsB := connect(t, e.url)
+	e.startWorker(jsB, e.testConfig("worker-b"), regB)
+	e.waitSettled("work")
+
+	byA, byB := map[uuid.UUID]bool{}, map[uuid.UUID]bool{}
+	for range e.doneOutcomes() {
+		o := next(t, outcomes)
+		switch {
+		case !fired[o.res.FireID] || o.typ != events.TypeJobCompleted:
+			t.Fatalf("outcome %s of fire %s: not a completion of a fire published here", o.typ, o.res.FireID)
+		case o.res.Worker == "worker-a" && o.res.Attempt == 1 && !byA[o.res.FireID]:
+			byA[o.res.FireID] = true
+		case o.res.Worker == "worker-b" && o.res.Attempt == 2 && !byB[o.res.FireID]:
+			byB[o.res.FireID] = true
+		default:
+			t.Fatalf("outcome of fire %s by %s at attempt %d: not the first of its worker and attempt",
+				o.res.FireID, o.res.Worker, o.res.Attempt)
+		}
+	}
+	again := 0
+	for id := range byB {
+		if byA[id] {
+			again++
+		}
+	}
+	// Every fire's outcome was stored by A; the batch's fires (and the first, if its ack had
+	// not left when the connection closed) ran again on B.
+	if len(byA) != jobs || again < jobs-1 || len(byB) > jobs || int(ranB.Load()) != len(byB) {
+		t.Errorf("A stored %d outcomes, B ran %d jobs and published %d outcomes, %d of fires A had stored; "+
+			"want %d by A, the batch's %d again by B", len(byA), ranB.Load(), len(byB), again, jobs, jobs-1)
+	}
+}
+
+// doneOutcomes is how many outcomes the DONE stream holds for the namespace, its batches counted
+// by their outcomes.
+func (e *env) doneOutcomes() int {
+	e.t.Helper()
+	ctx := context.Background()
+	msgs := e.doneCount()
+	cons, err := e.js.OrderedConsumer(ctx, events.StreamDone(e.ns), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	batch, err := cons.Fetch(int(msgs), jetstream.FetchMaxWait(waitFor))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n, read := 0, uint64(0)
+	for m := range batch.Messages() {
+		bodies, err := events.Bodies(m.Headers(), m.Data())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		n += len(bodies)
+		read++
+	}
+	if read != msgs {
+		e.t.Fatalf("read %d of the DONE stream's %d messages: %v", read, msgs, batch.Error())
+	}
+	return n
 }
