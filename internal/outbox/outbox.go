@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -242,6 +243,7 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 	if probe != nil {
 		args = append(args, probe)
 	}
+	args = append(args, voucher(evs))
 	var xid uint64
 	var err error
 	if query == "Append" {
@@ -253,6 +255,23 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 		return 0, fmt.Errorf("appending %d events to the log: %w", n, err)
 	}
 	return xid, nil
+}
+
+// voucher is the source of the node that can vouch for a transaction of evs (outbox_txs.source):
+// the one source of its events to publish, empty when they have several (no node vouches then,
+// and the sweep publishes them).
+func voucher(evs []events.Event) string {
+	source := ""
+	for _, e := range evs {
+		switch {
+		case e.Topic == "":
+		case source == "":
+			source = e.Source
+		case e.Source != source:
+			return ""
+		}
+	}
+	return source
 }
 
 // enqueue hands committed events with a topic to the publisher without waiting. When there are
@@ -496,7 +515,7 @@ func (o *Outbox) SweepOnce(ctx context.Context) (int, error) {
 	return published, err
 }
 
-// sweepOnce is SweepOnce; it also returns how many rows the cursor passed.
+// sweepOnce is SweepOnce; it also returns how many transactions the cursor passed.
 func (o *Outbox) sweepOnce(ctx context.Context) (published, passed int, err error) {
 	err = store.InTx(ctx, o.pool, func(tx pgx.Tx) error {
 		var lastXID string
@@ -508,8 +527,12 @@ func (o *Outbox) sweepOnce(ctx context.Context) (published, passed int, err erro
 		if err != nil {
 			return fmt.Errorf("reading outbox cursor: %w", err)
 		}
-		txs, xid, seq, n, err := o.unpublished(ctx, tx, lastXID, lastSeq)
+		todo, xid, n, err := o.unvouched(ctx, tx, lastXID, lastSeq)
 		if err != nil || xid == "" {
+			return err
+		}
+		txs, err := o.eventsOf(ctx, tx, todo, lastXID, lastSeq)
+		if err != nil {
 			return err
 		}
 		if len(txs) > 0 {
@@ -517,8 +540,11 @@ func (o *Outbox) sweepOnce(ctx context.Context) (published, passed int, err erro
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, queries.Get("AdvanceCursor"), o.cfg.Namespace, xid, seq); err != nil {
+		if _, err := tx.Exec(ctx, queries.Get("AdvanceCursor"), o.cfg.Namespace, xid, int64(math.MaxInt64)); err != nil {
 			return fmt.Errorf("advancing outbox cursor: %w", err)
+		}
+		if _, err := tx.Exec(ctx, queries.Get("ForgetTxs"), o.cfg.Namespace, xid); err != nil {
+			return fmt.Errorf("forgetting the transactions the outbox cursor passed: %w", err)
 		}
 		for _, evs := range txs {
 			published += len(evs)
@@ -532,44 +558,69 @@ func (o *Outbox) sweepOnce(ctx context.Context) (published, passed int, err erro
 	return published, passed, err
 }
 
-// unpublished reads the events after the cursor, up to the first one not vouched for that is
-// younger than SweepDelay: it returns those not vouched for, by transaction, the position of the
-// last row passed ("" when none) and how many rows it passed.
-func (o *Outbox) unpublished(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (txs [][]events.Event, xid string, seq int64, passed int, err error) {
-	rows, err := tx.Query(ctx, queries.Get("SweepBatch"), o.cfg.Namespace, lastXID, lastSeq, o.cfg.SweepBatch)
+// unvouched reads the transactions after the cursor, up to the first one not vouched for that is
+// younger than SweepDelay: it returns the xids of those not vouched for (at most about
+// SweepBatch events in all), the xid of the last transaction passed ("" when none) and how many
+// it passed.
+func (o *Outbox) unvouched(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (todo []string, xid string, passed int, err error) {
+	rows, err := tx.Query(ctx, queries.Get("SweepTxs"), o.cfg.Namespace, lastXID, lastSeq, o.cfg.SweepBatch)
 	if err != nil {
-		return nil, "", 0, 0, fmt.Errorf("reading outbox: %w", err)
+		return nil, "", 0, fmt.Errorf("reading outbox: %w", err)
 	}
 	defer rows.Close()
 	cutoff := time.Now().Add(-o.cfg.SweepDelay)
-	var txXID string // the transaction of txs' last
+	events := 0 // to publish
 	for rows.Next() {
-		var rowSeq int64
 		var rowXID string
-		var todo bool
-		var id *uuid.UUID
-		var typ, source, aggregate, aggregateID, topic, trace *string
-		var at *time.Time
-		var data []byte
-		if err := rows.Scan(&rowSeq, &rowXID, &todo, &id, &typ, &source, &aggregate, &aggregateID, &topic, &at, &data,
-			&trace); err != nil {
-			return nil, "", 0, 0, fmt.Errorf("reading outbox row: %w", err)
+		var n int
+		var unvouched bool
+		var at time.Time
+		if err := rows.Scan(&rowXID, &n, &unvouched, &at); err != nil {
+			return nil, "", 0, fmt.Errorf("reading outbox row: %w", err)
 		}
-		if todo {
-			if at.After(cutoff) {
-				break // the rest is young: its own node is publishing it
+		if unvouched {
+			if at.After(cutoff) || (events > 0 && events+n > o.cfg.SweepBatch) {
+				break // its own node is publishing it; or enough for one pass
 			}
-			if len(txs) == 0 || rowXID != txXID {
-				txs, txXID = append(txs, nil), rowXID
-			}
-			txs[len(txs)-1] = append(txs[len(txs)-1], events.Event{ID: *id, Type: *typ, Source: *source, Aggregate: *aggregate,
-				AggregateID: *aggregateID, Subject: *aggregateID, Topic: *topic, Time: *at, Data: data, TraceParent: *trace})
+			todo, events = append(todo, rowXID), events+n
 		}
-		seq, xid = rowSeq, rowXID
+		xid = rowXID
 		passed++
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", 0, 0, fmt.Errorf("reading outbox: %w", err)
+		return nil, "", 0, fmt.Errorf("reading outbox: %w", err)
 	}
-	return txs, xid, seq, passed, nil
+	return todo, xid, passed, nil
+}
+
+// eventsOf reads the events to publish of the transactions xids, after the cursor, in log
+// order: a slice per transaction.
+func (o *Outbox) eventsOf(ctx context.Context, tx pgx.Tx, xids []string, lastXID string, lastSeq int64) ([][]events.Event, error) {
+	if len(xids) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, queries.Get("SweepEvents"), xids, lastXID, lastSeq)
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox events: %w", err)
+	}
+	defer rows.Close()
+	var txs [][]events.Event
+	var txXID string // the transaction of txs' last
+	for rows.Next() {
+		var rowXID string
+		var e events.Event
+		if err := rows.Scan(&rowXID, &e.ID, &e.Type, &e.Source, &e.Aggregate, &e.AggregateID, &e.Topic, &e.Time, &e.Data,
+			&e.TraceParent); err != nil {
+			return nil, fmt.Errorf("reading outbox event: %w", err)
+		}
+		e.Subject = e.AggregateID
+		if len(txs) == 0 || rowXID != txXID {
+			txs, txXID = append(txs, nil), rowXID
+		}
+		txs[len(txs)-1] = append(txs[len(txs)-1], e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading outbox events: %w", err)
+	}
+	return txs, nil
 }

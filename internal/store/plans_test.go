@@ -89,7 +89,8 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		{"store DeleteCompleteTriggers", own.Get("DeleteCompleteTriggers"), []any{ns, groups, names, texts}},
 		{"store DeleteFinishedJobs", own.Get("DeleteFinishedJobs"), []any{ns, groups, jobs}},
 		{"store SetTriggerError", own.Get("SetTriggerError"), []any{ns, groups, names}},
-		{"outbox SweepBatch", outbox.Get("SweepBatch"), []any{ns, "0", 0, 1000}},
+		{"outbox SweepTxs", outbox.Get("SweepTxs"), []any{ns, "0", 0, 1000}},
+		{"outbox SweepEvents", outbox.Get("SweepEvents"), []any{[]string{"1000", "1001"}, "0", 0}},
 	} {
 		var plan []byte
 		if err := pool.QueryRow(ctx, "explain (format json) "+c.sql, c.args...).Scan(&plan); err != nil {
