@@ -44,7 +44,8 @@ type Config struct {
 	// SweepDelay is how old an event must be before the sweep republishes it: younger ones are
 	// normally being published by the node that committed them. Default 3s.
 	SweepDelay time.Duration
-	// SweepBatch is the most events one sweep transaction publishes. Default 1000.
+	// SweepBatch bounds one sweep transaction: the transactions it reads, and the events it
+	// publishes (more only when one transaction holds more). Default 1000.
 	SweepBatch int
 	// QueueLen is how many committed transactions' events may wait for the publisher; beyond
 	// that (NATS slow or down) they are left to the sweep. Default 1024.

@@ -542,3 +542,38 @@ func TestAppendTakesSeqsABlockAtATime(t *testing.T) {
 		}
 	}
 }
+
+// A cursor left inside a transaction (the sweep before migration 014 passed rows, not
+// transactions) goes on after its row: the transaction's later events are published, the
+// earlier ones not again.
+func TestSweepGoesOnInsideTheCursorsTransaction(t *testing.T) {
+	pool, js, ns := setup(t)
+	ctx := t.Context()
+	var evs []events.Event
+	for i := range 3 {
+		ev, err := events.New(events.TypeTriggerScheduled, events.Source(ns, "gone"), events.AggregateTrigger,
+			fmt.Sprintf("g.t%d", i), events.Subjects(ns).Evt("trigger"), time.Now().Add(-time.Hour), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { _, err := appendEvents(ctx, tx, ns, evs, nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// The old sweep passed the first row: the cursor stands on it.
+	if _, err := pool.Exec(ctx, `update outbox_cursor c set last_xid = e.xid, last_seq = e.seq
+		from events e where c.sched_name = $1 and e.sched_name = $1 and e.id = $2`, ns, evs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	relay := New(Config{Namespace: ns, SweepDelay: time.Nanosecond}, pool, js)
+	if n, err := relay.SweepOnce(ctx); err != nil || n != 2 {
+		t.Fatalf("swept %d events (err %v), want the 2 after the cursor", n, err)
+	}
+	if got := streamEvents(t, js, ns); got != 2 {
+		t.Fatalf("stream holds %d events, want 2", got)
+	}
+	if n, err := relay.SweepOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("second sweep published %d events (err %v), want 0", n, err)
+	}
+}
