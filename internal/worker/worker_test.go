@@ -112,6 +112,21 @@ func (e *env) run(w *worker.Worker, reg *worker.Registry) *running {
 	return r
 }
 
+// startCounter starts a worker of its own connection whose jobs of type typ do nothing but
+// count their runs.
+func (e *env) startCounter(instance, typ string) *atomic.Int32 {
+	e.t.Helper()
+	var ran atomic.Int32
+	reg := worker.NewRegistry()
+	reg.Register(typ, func(ctx context.Context, job worker.Job) error {
+		ran.Add(1)
+		return nil
+	})
+	_, js := connect(e.t, e.url)
+	e.startWorker(js, e.testConfig(instance), reg)
+	return &ran
+}
+
 // waitConsumers waits until the worker's durable consumers exist, so that a fire published next
 // is delivered to it (DeliverAll would deliver it anyway; this keeps failures readable).
 func (e *env) waitConsumers(reg *worker.Registry) {
@@ -431,14 +446,7 @@ func TestDeadWorkersJobIsRedeliveredToAnother(t *testing.T) {
 	}
 	ncA.Close() // worker A's process "dies": no more heartbeats, no ack
 
-	var ranB atomic.Int32
-	regB := worker.NewRegistry()
-	regB.Register("work", func(ctx context.Context, job worker.Job) error {
-		ranB.Add(1)
-		return nil
-	})
-	_, jsB := connect(t, e.url)
-	e.startWorker(jsB, e.testConfig("worker-b"), regB)
+	ranB := e.startCounter("worker-b", "work")
 
 	o := next(t, outcomes)
 	if o.typ != events.TypeJobCompleted || o.res.FireID != f.FireID || o.res.Worker != "worker-b" || o.res.Attempt != 2 {
@@ -901,14 +909,7 @@ func TestFiresOfAStoredButUnackedBatchRunAgain(t *testing.T) {
 		t.Fatalf("worker A stored a batch of %d outcomes before it stopped, want %d", n, jobs-1)
 	}
 
-	var ranB atomic.Int32
-	regB := worker.NewRegistry()
-	regB.Register("work", func(ctx context.Context, job worker.Job) error {
-		ranB.Add(1)
-		return nil
-	})
-	_, jsB := connect(t, e.url)
-	e.startWorker(jsB, e.testConfig("worker-b"), regB)
+	ranB := e.startCounter("worker-b", "work")
 	e.waitSettled("work")
 
 	byA, byB := map[uuid.UUID]bool{}, map[uuid.UUID]bool{}
