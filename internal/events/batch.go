@@ -100,6 +100,16 @@ func BatchID(evs []Event) uuid.UUID {
 	return uuid.NewSHA1(batchIDs, name)
 }
 
+// BatchLimit is the most bytes of events in one batch message on nc: the server's largest
+// message, less room for the headers and the batch's brackets.
+func BatchLimit(nc *nats.Conn) int {
+	limit := int(nc.MaxPayload())
+	if limit <= 0 {
+		limit = 1 << 20 // not connected: the server's default; the publish fails and says why
+	}
+	return limit - 512
+}
+
 // Bodies returns the envelopes a message holds: its body, or each element of a batch
 // (Content-Type ContentTypeBatch). Readers of the DONE stream use it: a worker may publish
 // several outcomes in one message.

@@ -410,7 +410,7 @@ func (o *Outbox) publish(ctx context.Context, txs ...[]events.Event) error {
 		}
 		if len(batched) > 0 {
 			msgs = append(msgs, events.Batches(batched, func(e events.Event) events.Event { return e }, o.cfg.EventBatch,
-				o.batchLimit())...)
+				events.BatchLimit(o.js.Conn()))...)
 		}
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
@@ -451,16 +451,6 @@ func (o *Outbox) publish(ctx context.Context, txs ...[]events.Event) error {
 		endSpans(spans[i:i+1], err)
 	}
 	return errors.Join(errs...)
-}
-
-// batchLimit is the most bytes of events in one message: the server's largest message, less
-// room for the headers and the batch's brackets.
-func (o *Outbox) batchLimit() int {
-	limit := int(o.js.Conn().MaxPayload())
-	if limit <= 0 {
-		limit = 1 << 20 // not connected: the server's default; the publish fails and says why
-	}
-	return limit - 512
 }
 
 // publishSpans starts the publish spans of the events of one message, nil when none has trace

@@ -72,7 +72,7 @@ func (o *outcomes) send(ctx context.Context) {
 		}
 		o.mu.Unlock()
 		var wg sync.WaitGroup
-		for _, b := range events.Batches(qs, func(q queued) events.Event { return q.ev }, o.max, o.limit()) {
+		for _, b := range events.Batches(qs, func(q queued) events.Event { return q.ev }, o.max, events.BatchLimit(o.w.js.Conn())) {
 			wg.Go(func() {
 				msg, err := o.message(b)
 				if err == nil {
@@ -89,19 +89,6 @@ func (o *outcomes) send(ctx context.Context) {
 		wg.Wait()
 	}
 }
-
-// limit is the most bytes of outcomes in one message: the server's largest message, less room
-// for the headers.
-func (o *outcomes) limit() int {
-	limit := int(o.w.js.Conn().MaxPayload())
-	if limit <= 0 {
-		limit = 1 << 20 // not connected: the server's default; the publish fails and says why
-	}
-	return limit - batchHeaders
-}
-
-// batchHeaders is room left in a message for its headers and the batch's brackets.
-const batchHeaders = 512
 
 // message is the NATS message of a batch: an outcome alone is a message of its own.
 func (o *outcomes) message(b []queued) (*nats.Msg, error) {
