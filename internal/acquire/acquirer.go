@@ -218,9 +218,9 @@ type Result struct {
 // ahead times a fire to the millisecond when the loop would otherwise sleep until it, but it
 // costs a trigger update, a fired-row update and a transaction more per fire; in a heavy flow
 // the loop passes every directWait anyway. Steady 5,000 fires/s on 2 nodes: 5.1 row writes a
-// fire against 6.0, PostgreSQL 24.2–24.5 CPU s in 30 s against 26.4–27.0 (docs/performance.md).
-// directFor later a pass looks at the whole window again, and claims ahead once the flow is
-// light.
+// fire against 6.0, PostgreSQL 24.2–24.5 CPU s in 30 s against 26.4–27.0
+// (docs/performance-history.md). directFor later a pass looks at the whole window again, and
+// claims ahead once the flow is light.
 const (
 	directAbove = store.SmallBatch
 	directFor   = time.Second
@@ -234,7 +234,7 @@ const (
 // each transaction costing what it costs whatever it fires: at 1,000 fires/s on 2 nodes, fired
 // when due by passes every directWait, PostgreSQL used 17.5–19.4 CPU s in 30 s against
 // 23.5–24.2, the machine 1,350–1,476 µs a fire against 1,681–1,724, fire lateness p99 11–14 ms
-// against 34–78 (docs/performance.md). At 100 a
+// against 34–78 (docs/performance-history.md). At 100 a
 // second (half a trigger each directWait) the passes of both nodes, waking for each trigger,
 // cost more than they save (PostgreSQL 10.3 CPU s against 7.9).
 func heavyLimit(n int, ahead time.Duration, batch int) int {

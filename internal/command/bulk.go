@@ -104,7 +104,7 @@ run:
 	// tried without looking them up; a key that exists fails it, and only then are the keys
 	// read and the statement tried once more without the commands they reject. Looking every
 	// key up first cost a statement per batch and a tenth of PostgreSQL's time (measured on
-	// the intake benchmark, docs/performance.md).
+	// the intake benchmark, docs/performance-history.md).
 	done, err := h.bulkInsert(ctx, tx, cands, nil)
 	if isUniqueViolation(err) {
 		var exists map[string]map[events.Key]bool

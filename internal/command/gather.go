@@ -43,7 +43,7 @@ const (
 // mostly per batch (its statements are planned at every execution, then the commit), and a
 // producer with 64 requests in flight on two nodes then got batches of 11 and 3,900 commands/s;
 // one at a time, batches of 15 and 4,300/s (on the durable subject 230 instead of 130; see
-// docs/performance.md). The other slot keeps other commands from waiting behind them.
+// docs/performance-history.md). The other slot keeps other commands from waiting behind them.
 type gatherer struct {
 	h       *Handler
 	max     int

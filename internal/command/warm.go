@@ -12,8 +12,8 @@ const warmIdle = time.Second
 // A fresh goroutine starts with a small stack and copies it at every doubling: reading a body
 // (the JSON Schema validator recurses deeply) and applying a batch (pgx, the log) grew the
 // caller's stack several times over at every command, 6–13 % of a scheduler's CPU while a
-// producer sent commands (runtime.copystack in docs/performance.md). A warm goroutine ends after
-// warmIdle without work, so an idle node holds none.
+// producer sent commands (runtime.copystack in docs/performance-history.md). A warm goroutine
+// ends after warmIdle without work, so an idle node holds none.
 type warmPool struct {
 	work chan warmCall
 	sem  chan struct{} // a token per running goroutine

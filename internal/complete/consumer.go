@@ -68,7 +68,7 @@ type Config struct {
 	// Yield is the longest the consumer waits while Backlogged; then it applies batches until
 	// it has caught up, and may wait again. Default 6s: a burst of 20,000 on 4 nodes fires for
 	// 4–6 s on two cores, and with 3s its completions were applied during the last seconds of
-	// fires, up to 6,157 of them, taking the cores those fires needed (docs/performance.md).
+	// fires, up to 6,157 of them, taking the cores those fires needed (docs/performance-history.md).
 	Yield time.Duration
 	// Heavy reports whether the node fires a heavy flow (acquire.Acquirer.Heavy). Meanwhile the
 	// outcomes whose recording takes partition locks (a one-shot's end deletes its trigger and
@@ -221,7 +221,7 @@ const yieldPoll = 5 * time.Millisecond
 // yielder decides when the consumer yields to the fire path (Config.Backlogged). A burst of
 // 20,000 one-shots due at once on 2 nodes, the completions applied mostly after the fires rather
 // than between them, three pairs of runs interleaved: e2e 7,594–9,044/s against 6,764–8,030,
-// fires 9,595–13,480/s against 9,585–10,700, the same CPU in all (docs/performance.md).
+// fires 9,595–13,480/s against 9,585–10,700, the same CPU in all (docs/performance-history.md).
 type yielder struct {
 	backlogged func() bool
 	max        time.Duration

@@ -28,7 +28,7 @@ const Slots = 1024
 // Locks.AtOnce says. Every node of a cluster runs that many on the same database, so what
 // PostgreSQL sees grows with the nodes: on 2 cores shared with everything else, bursts on 2
 // and 4 nodes cost PostgreSQL less CPU, for the same or faster fires, one at a time than two,
-// and two than four (docs/performance.md). With cores to spare, more at once lets the last
+// and two than four (docs/performance-history.md). With cores to spare, more at once lets the last
 // partition's work go without waiting for all the others' commits. It stays below the node's
 // pool size.
 const AtOnceDefault = 1
@@ -37,7 +37,7 @@ const AtOnceDefault = 1
 // all their partitions, in ascending order, rather than a transaction per partition. A steady
 // flow brings a few at a time, spread over the partitions: a transaction per partition then
 // held one or two, and a small transaction's cost is mostly its fixed statements and commit
-// (docs/performance.md). Bursts, larger, keep a transaction per partition, several at once.
+// (docs/performance-history.md). Bursts, larger, keep a transaction per partition, several at once.
 const SmallBatch = 64
 
 // Locks is the lock protocol of one namespace, in one of two modes (docs/architecture.md, "The lock protocol"):

@@ -65,7 +65,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	// primary key. With the default random_page_cost (4, a spinning disk's) the planner prices 500
 	// index probes above a hash of the whole namespace until the table holds about 40,000 rows,
 	// so a burst's fire, update and delete statements scanned every trigger: 25 ms instead of
-	// 4 ms per 500 keys (docs/performance.md). The tables Agate works on are cached, as on any
+	// 4 ms per 500 keys (docs/performance-history.md). The tables Agate works on are cached, as on any
 	// SSD-backed server; a URL parameter random_page_cost=… overrides this.
 	if _, ok := cfg.ConnConfig.RuntimeParams["random_page_cost"]; !ok {
 		cfg.ConnConfig.RuntimeParams["random_page_cost"] = "1.1"

@@ -9,7 +9,7 @@ import (
 // withLazy returns log with attrs added as Logger.With adds them, except that they reach log's
 // handler only when a record is logged. Logger.With has a TextHandler format its attributes at
 // once: a logger per job built that way was 14 % of a worker's CPU in a burst in which nothing
-// was logged (docs/performance.md).
+// was logged (docs/performance-history.md).
 func withLazy(log *slog.Logger, attrs ...slog.Attr) *slog.Logger {
 	return slog.New(lazyAttrs{next: log.Handler(), attrs: attrs})
 }

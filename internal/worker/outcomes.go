@@ -19,7 +19,7 @@ const OutcomeBatchDefault = 100
 // several (events.BatchMessage), up to Config.OutcomeBatch and the server's largest message.
 // An outcome that finds nothing in flight goes at once, as a message of its own. With batches,
 // 2-node bursts of 20,000 one-shots ran 20–40 % faster end to end, on 14–27 % less CPU a fire:
-// the bus's costs are per message more than per byte (docs/performance.md).
+// the bus's costs are per message more than per byte (docs/performance-history.md).
 type outcomes struct {
 	w   *Worker
 	max int // outcomes in one message at most
