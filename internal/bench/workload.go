@@ -245,7 +245,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	deadline := t0.Add(s.lastDue() + b.o.Timeout)
 	var cpuAfter, cpuCompleted map[string]float64
 	var completedAt, countedAt, appliedAt time.Time
-	allSeen, timedOut, err := obs.wait(ctx, deadline, log, func() {
+	allSeen, timedOut, err := obs.wait(ctx, t0.Add(s.lastDue()), deadline, log, func() {
 		cpuCompleted, completedAt = cpuSeconds(pids), time.Now()
 		// The schedulers may apply completions after the workers published them (a node yields
 		// to its fires while it has a backlog): a fire's CPU runs until they have.
