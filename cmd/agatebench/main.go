@@ -54,15 +54,19 @@ commands like them, sent and deleted first) unless --lead is given.
 
 Observation. The bench reads the namespace's FIRED and DONE streams as any subscriber could,
 but after the fact, so that watching costs the measured machine next to nothing: while the
-workload runs it polls the DONE stream's message count every 10ms (as River's harness polls
-its completed count); once it holds a message per expected fire, ordered consumers read both
+workload runs it polls the DONE stream's message count, twice a second until the last
+expected fire is due and every 10ms from then (as River's harness polls its completed count);
+once it holds a message per expected fire, or from the last due time once it stands still for
+50ms (a worker puts the outcomes that end together in one message), ordered consumers read both
 streams and record per fire its fireId, trigger, scheduledTime, firedTime, node (the event's
 source), startedTime, finishedTime and when JetStream stored the completion. A run ends when
 every expected (trigger, scheduled time) has a JobCompleted (or --timeout after the last due
 time); the streams are read again once quiet for 1s, to count late duplicates. CPU figures end
-when the count was reached and the schedulers had applied every completion (their consumer of
-the DONE stream had nothing pending or unacked: "applied"), before the bench reads anything;
-the report also gives the part used until the count was reached (the end-to-end interval).
+when the schedulers had applied every completion (their consumer of the DONE stream had nothing
+pending or unacked: "applied"), measured from when the count was reached, before the bench
+reads anything, or else (outcomes batched) from when the DONE stream's read found every
+completion, that read's decoding counted in the bench's figure; the report also gives the part
+used until then (the end-to-end interval).
 
 Figures:
   fires/s       burst: fires / (last firedTime - T0); steady, failover: fires / (last - first firedTime)
