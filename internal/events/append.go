@@ -14,9 +14,9 @@ import (
 
 // The events a fire makes on the hot path (JobFired, a worker's JobCompleted or JobFailed) are
 // written by hand, as the envelope is: encoding/json's reflection over them was a sixth of a
-// scheduler's CPU and a tenth of a worker's in the burst (docs/performance-history.md). Each appender
-// writes the bytes encoding/json writes for its type, which TestAppendersAreEncodingJSON
-// checks, so the contract and the schemas see no difference.
+// scheduler's CPU and a tenth of a worker's in the burst (docs/performance-history.md). Each
+// appender writes the bytes encoding/json writes for its type, which
+// TestAppendersAreEncodingJSON checks, so the contract and the schemas see no difference.
 
 // appender is a value that writes its own JSON; New uses it instead of encoding/json.
 type appender interface {

@@ -40,40 +40,40 @@ func Message(e Event) (*nats.Msg, error) {
 // errors name the member that failed ("/data/fireId") without quoting the message. It matches
 // member names exactly, as docs/contract.md spells them, and refuses a name given twice.
 func Decode(body []byte, data any) (Envelope, error) {
+	env, _, err := decode(body, data, data)
+	return env, err
+}
+
+// decode is Decode with the data decoded into d (a pointer, or a value whose pointer is a
+// json.UnmarshalerFrom), which it returns; the error names named's type.
+func decode[D any](body []byte, d D, named any) (Envelope, D, error) {
 	var wire struct {
 		Envelope
-		Data any `json:"data"` // shadows Envelope.Data: decoded straight into the caller's value
+		Data D `json:"data"` // shadows Envelope.Data: decoded straight into the caller's value
 	}
-	wire.Data = data
+	wire.Data = d
 	if err := jsonv2.Unmarshal(body, &wire); err != nil {
-		return wire.Envelope, fmt.Errorf("event is not a CloudEvents JSON envelope with %T data: %w", data, err)
+		return wire.Envelope, wire.Data, fmt.Errorf("event is not a CloudEvents JSON envelope with %T data: %w", named, err)
 	}
 	if _, err := uuid.Parse(wire.ID); err != nil {
-		return wire.Envelope, fmt.Errorf("event id %q is not a UUID", wire.ID)
+		return wire.Envelope, wire.Data, fmt.Errorf("event id %q is not a UUID", wire.ID)
 	}
-	return wire.Envelope, nil
+	return wire.Envelope, wire.Data, nil
 }
 
 // DecodeRaw is Decode for a caller that keeps the event's data as it came (Envelope.Data, a
 // slice of body), to log it unchanged. It reads body once, as Decode does: parsing the envelope
 // and then its data again was half of what the completion step paid to read an outcome.
 func DecodeRaw(body []byte, data any) (Envelope, error) {
-	var wire struct {
-		Envelope
-		Data rawData `json:"data"` // shadows Envelope.Data
+	env, raw, err := decode(body, rawData{src: body, into: data}, data)
+	if err != nil {
+		return env, err
 	}
-	wire.Data = rawData{src: body, into: data}
-	if err := jsonv2.Unmarshal(body, &wire); err != nil {
-		return wire.Envelope, fmt.Errorf("event is not a CloudEvents JSON envelope with %T data: %w", data, err)
+	if raw.raw == nil {
+		return env, fmt.Errorf("event %s (%s) has no data", env.ID, env.Type)
 	}
-	if _, err := uuid.Parse(wire.ID); err != nil {
-		return wire.Envelope, fmt.Errorf("event id %q is not a UUID", wire.ID)
-	}
-	if wire.Data.raw == nil {
-		return wire.Envelope, fmt.Errorf("event %s (%s) has no data", wire.ID, wire.Type)
-	}
-	wire.Envelope.Data = wire.Data.raw
-	return wire.Envelope, nil
+	env.Data = raw.raw
+	return env, nil
 }
 
 // rawData decodes a JSON value into the value into points to and keeps the value's bytes as

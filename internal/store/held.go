@@ -18,8 +18,8 @@ const HeldWarnAfter = 5 * time.Second
 // HeldPartitions remembers the lock partitions that a loop found held longer than HeldWait, so
 // that it works in the others first and tries them again HeldWait later. Waiting for them
 // instead stalled the loop, and every partition's fires or completions behind the one held: a
-// node stopped in a transaction made others' fires seconds late (docs/performance-history.md). The zero
-// value is ready; it is safe for concurrent use.
+// node stopped in a transaction made others' fires seconds late (docs/performance-history.md).
+// The zero value is ready; it is safe for concurrent use.
 type HeldPartitions struct {
 	mu     sync.Mutex
 	until  map[int]time.Time // set aside until
