@@ -411,7 +411,7 @@ func TestBatchAppliesAsOneByOne(t *testing.T) {
 		if res.rows, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			t.Fatal(err)
 		}
-		rows, err = f.Pool.Query(t.Context(), `select type || ' ' || aggregate_id || ' ' || (data - 'schedule')::text from events where sched_name = $1 order by seq`, f.Namespace())
+		rows, err = f.Pool.Query(t.Context(), `select type || ' ' || aggregate_id || ' ' || (data::jsonb - 'schedule')::text from events where sched_name = $1 order by seq`, f.Namespace())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -549,14 +549,20 @@ func (o *Outbox) sweepOnce(ctx context.Context) (published, passed int, err erro
 	return published, passed, err
 }
 
+// sweptTxs are the transactions a sweep pass publishes: their xids (as text) and the seqs their
+// events to publish span, one element each.
+type sweptTxs struct {
+	xids           []string
+	seqFrom, seqTo []int64
+}
+
 // unvouched reads the transactions after the cursor, up to the first one not vouched for that is
-// younger than SweepDelay: it returns the xids of those not vouched for (at most about
-// SweepBatch events in all), the xid of the last transaction passed ("" when none) and how many
-// it passed.
-func (o *Outbox) unvouched(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (todo []string, xid string, passed int, err error) {
+// younger than SweepDelay: it returns those not vouched for (at most about SweepBatch events in
+// all), the xid of the last transaction passed ("" when none) and how many it passed.
+func (o *Outbox) unvouched(ctx context.Context, tx pgx.Tx, lastXID string, lastSeq int64) (todo sweptTxs, xid string, passed int, err error) {
 	rows, err := tx.Query(ctx, queries.Get("SweepTxs"), o.cfg.Namespace, lastXID, lastSeq, o.cfg.SweepBatch)
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("reading outbox: %w", err)
+		return todo, "", 0, fmt.Errorf("reading outbox: %w", err)
 	}
 	defer rows.Close()
 	cutoff := time.Now().Add(-o.cfg.SweepDelay)
@@ -566,37 +572,40 @@ func (o *Outbox) unvouched(ctx context.Context, tx pgx.Tx, lastXID string, lastS
 		var n int
 		var unvouched bool
 		var at time.Time
-		if err := rows.Scan(&rowXID, &n, &unvouched, &at); err != nil {
-			return nil, "", 0, fmt.Errorf("reading outbox row: %w", err)
+		var seqFrom, seqTo int64
+		if err := rows.Scan(&rowXID, &n, &unvouched, &at, &seqFrom, &seqTo); err != nil {
+			return todo, "", 0, fmt.Errorf("reading outbox row: %w", err)
 		}
 		if unvouched {
 			if at.After(cutoff) || (events > 0 && events+n > o.cfg.SweepBatch) {
 				break // its own node is publishing it; or enough for one pass
 			}
-			todo, events = append(todo, rowXID), events+n
+			todo.xids = append(todo.xids, rowXID)
+			todo.seqFrom, todo.seqTo = append(todo.seqFrom, seqFrom), append(todo.seqTo, seqTo)
+			events += n
 		}
 		xid = rowXID
 		passed++
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", 0, fmt.Errorf("reading outbox: %w", err)
+		return todo, "", 0, fmt.Errorf("reading outbox: %w", err)
 	}
 	return todo, xid, passed, nil
 }
 
-// eventsOf reads the events to publish of the transactions xids, after the cursor, in log
+// eventsOf reads the events to publish of the transactions txs, after the cursor, in log
 // order: a slice per transaction.
-func (o *Outbox) eventsOf(ctx context.Context, tx pgx.Tx, xids []string, lastXID string, lastSeq int64) ([][]events.Event, error) {
-	if len(xids) == 0 {
+func (o *Outbox) eventsOf(ctx context.Context, tx pgx.Tx, txs sweptTxs, lastXID string, lastSeq int64) ([][]events.Event, error) {
+	if len(txs.xids) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, queries.Get("SweepEvents"), xids, lastXID, lastSeq)
+	rows, err := tx.Query(ctx, queries.Get("SweepEvents"), txs.xids, txs.seqFrom, txs.seqTo, lastXID, lastSeq)
 	if err != nil {
 		return nil, fmt.Errorf("reading outbox events: %w", err)
 	}
 	defer rows.Close()
-	var txs [][]events.Event
-	var txXID string // the transaction of txs' last
+	var out [][]events.Event
+	var txXID string // the transaction of out's last
 	for rows.Next() {
 		var rowXID string
 		var e events.Event
@@ -605,13 +614,13 @@ func (o *Outbox) eventsOf(ctx context.Context, tx pgx.Tx, xids []string, lastXID
 			return nil, fmt.Errorf("reading outbox event: %w", err)
 		}
 		e.Subject = e.AggregateID
-		if len(txs) == 0 || rowXID != txXID {
-			txs, txXID = append(txs, nil), rowXID
+		if len(out) == 0 || rowXID != txXID {
+			out, txXID = append(out, nil), rowXID
 		}
-		txs[len(txs)-1] = append(txs[len(txs)-1], e)
+		out[len(out)-1] = append(out[len(out)-1], e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading outbox events: %w", err)
 	}
-	return txs, nil
+	return out, nil
 }

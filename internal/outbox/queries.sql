@@ -8,13 +8,14 @@
 -- nextval (migration 013: events_seq_bases reserves the blocks, events_seq_at numbers the rows).
 with b as (select events_seq_bases(cardinality($2::uuid[])) as bases), ins as (
     insert into events (seq, id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
-    select events_seq_at(b.bases, e.n), id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb,
+    select events_seq_at(b.bases, e.n), id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::json,
            nullif(trace_context, '')
     from b, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[])
         with ordinality as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context, n)
 ), tx as (
-    insert into outbox_txs (sched_name, xid, source, events, time)
-    select $1, pg_current_xact_id(), $11, count(*), min(u.t) from unnest($7::text[], $8::timestamptz[]) u(s, t) where u.s <> ''
+    insert into outbox_txs (sched_name, xid, source, events, time, seq_from, seq_to)
+    select $1, pg_current_xact_id(), $11, count(*), min(u.t), min(events_seq_at(b.bases, u.n)), max(events_seq_at(b.bases, u.n))
+    from b, unnest($7::text[], $8::timestamptz[]) with ordinality u(s, t, n) where u.s <> ''
     having count(*) > 0
 )
 select pg_current_xact_id()::text::bigint;
@@ -28,15 +29,16 @@ select pg_current_xact_id()::text::bigint;
 -- among those alone, in the partial index events_bus_id (migration 012), in every partition.
 with b as (select events_seq_bases(cardinality($2::uuid[])) as bases), ins as (
     insert into events (seq, id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
-    select events_seq_at(b.bases, e.n), id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::jsonb,
+    select events_seq_at(b.bases, e.n), id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::json,
            nullif(trace_context, '')
     from b, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[], $11::bool[])
         with ordinality as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context, probe, n)
     where not e.probe
        or not exists (select 1 from events x where x.id = e.id and x.nats_subject is null offset 0) -- a probe of events_bus_id per id
 ), tx as (
-    insert into outbox_txs (sched_name, xid, source, events, time)
-    select $1, pg_current_xact_id(), $12, count(*), min(u.t) from unnest($7::text[], $8::timestamptz[]) u(s, t) where u.s <> ''
+    insert into outbox_txs (sched_name, xid, source, events, time, seq_from, seq_to)
+    select $1, pg_current_xact_id(), $12, count(*), min(u.t), min(events_seq_at(b.bases, u.n)), max(events_seq_at(b.bases, u.n))
+    from b, unnest($7::text[], $8::timestamptz[]) with ordinality u(s, t, n) where u.s <> ''
     having count(*) > 0
 )
 select pg_current_xact_id()::text::bigint;
@@ -57,8 +59,8 @@ with vouched as (
     from scheduler_state
     where sched_name = $1 and published_below is not null
 )
-select t.xid::text, t.events, v.source is null as todo, t.time
-from (select xid, source, events, time
+select t.xid::text, t.events, v.source is null as todo, t.time, t.seq_from, t.seq_to
+from (select xid, source, events, time, seq_from, seq_to
       from outbox_txs
       where sched_name = $1
         and (xid, 9223372036854775807::bigint) > ($2::xid8, $3::bigint)
@@ -69,15 +71,18 @@ left join vouched v on v.source = t.source and t.xid >= v.published_from and t.x
 order by t.xid;
 
 -- name: SweepEvents
--- The events to publish of the transactions $1 (xids as text), in log order, after the cursor
--- ($2, $3). events_relay finds a transaction's rows in each partition. A transaction is one
--- namespace's: filtering on the namespace too had the planner take the aggregate index on
--- tables never analyzed.
+-- The events to publish of the transactions $1 (xids as text), each between the seqs $2 and $3
+-- its outbox_txs row recorded, in log order, after the cursor ($4, $5): a range of the log's
+-- primary key in each partition, in a LATERAL subquery per transaction (plans rule 1). A
+-- transaction is one namespace's, so nothing filters on the namespace.
 select e.xid::text, e.id, e.type, e.source, e.aggregate, e.aggregate_id, e.nats_subject, e.time, e.data,
        coalesce(e.trace_context, '')
-from events e
-where e.xid = any($1::text[]::xid8[]) and e.nats_subject is not null
-  and (e.xid, e.seq) > ($2::xid8, $3::bigint)
+from unnest($1::text[], $2::bigint[], $3::bigint[]) as t(xid, seq_from, seq_to)
+cross join lateral (
+    select * from events x
+    where x.seq between t.seq_from and t.seq_to and x.xid = t.xid::xid8 and x.nats_subject is not null
+    offset 0) e
+where (e.xid, e.seq) > ($4::xid8, $5::bigint)
 order by e.xid, e.seq;
 
 -- name: ForgetTxs
