@@ -53,13 +53,14 @@ from triggers
 where sched_name = $1 and trigger_group = $2 and trigger_name = $3;
 
 -- name: JobHistory
--- A job's events, newest first, before seq $5: a backward scan of events_aggregate_seq that
+-- A job's events, newest first, before seq $5: a backward scan of events_aggregate_key that
 -- stops after the page. aggregate_id is "<group>.<name>", which two keys with dots can share
 -- ("a.b"+"c", "a"+"b.c"); then ($7 false) the key in the data decides. Without dots the filter
 -- is left out, as it would make the planner guess too few rows and sort them all instead.
 select seq, id, type, source, time, aggregate_id, data, coalesce(trace_context, '')
 from events
-where sched_name = $1 and aggregate = 'job' and aggregate_id = $2 and seq < $5
+where events_aggregate_key(sched_name, aggregate, aggregate_id) = events_aggregate_key($1, 'job', $2)
+  and sched_name = $1 and aggregate = 'job' and aggregate_id = $2 and seq < $5
   and ($7 or (data->'job'->>'group' = $3 and data->'job'->>'name' = $4))
 order by seq desc
 limit $6;
@@ -68,18 +69,20 @@ limit $6;
 -- A trigger's own events and the fire events (JobFired, JobCompleted, JobFailed) of its fires,
 -- which are logged under its job: of every job it was ever scheduled for (TriggerScheduled
 -- says which), so the history outlives the trigger. Each branch is a backward scan of
--- events_aggregate_seq that stops after one page ($7 as in JobHistory; the statistics
+-- events_aggregate_key that stops after one page ($7 as in JobHistory; the statistics
 -- events_trigger_key tell the planner how many of a job's events are this trigger's).
 with jobs as (
     select distinct data->'job'->>'group' as job_group, data->'job'->>'name' as job_name
     from events
-    where sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2 and type = 'agate.trigger.scheduled'
+    where events_aggregate_key(sched_name, aggregate, aggregate_id) = events_aggregate_key($1, 'trigger', $2)
+      and sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2 and type = 'agate.trigger.scheduled'
       and data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4
 )
 select * from (
     (select seq, id, type, source, time, aggregate_id, data, coalesce(trace_context, '')
      from events
-     where sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2 and seq < $5
+     where events_aggregate_key(sched_name, aggregate, aggregate_id) = events_aggregate_key($1, 'trigger', $2)
+       and sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2 and seq < $5
        and ($7 or (data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4))
      order by seq desc
      limit $6)
@@ -87,7 +90,8 @@ select * from (
     (select f.* from jobs cross join lateral (
         select seq, id, type, source, time, aggregate_id, data, coalesce(trace_context, '')
         from events e
-        where e.sched_name = $1 and e.aggregate = 'job' and e.aggregate_id = jobs.job_group || '.' || jobs.job_name
+        where events_aggregate_key(e.sched_name, e.aggregate, e.aggregate_id) = events_aggregate_key($1, 'job', jobs.job_group || '.' || jobs.job_name)
+          and e.sched_name = $1 and e.aggregate = 'job' and e.aggregate_id = jobs.job_group || '.' || jobs.job_name
           and e.data->'trigger'->>'group' = $3 and e.data->'trigger'->>'name' = $4 and e.seq < $5
         order by e.seq desc
         limit $6) f)
@@ -138,10 +142,11 @@ where t.sched_name = $1 and t.trigger_group = $2 and t.trigger_name = $3;
 
 -- name: ExplainTriggerEvents
 -- explain: a trigger's own events, newest first, at most $5 (a backward scan of
--- events_aggregate_seq that stops after them).
+-- events_aggregate_key that stops after them).
 select id, type, source, time, data
 from events
-where sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2
+where events_aggregate_key(sched_name, aggregate, aggregate_id) = events_aggregate_key($1, 'trigger', $2)
+  and sched_name = $1 and aggregate = 'trigger' and aggregate_id = $2
   and data->'trigger'->>'group' = $3 and data->'trigger'->>'name' = $4
 order by seq desc
 limit $5;
@@ -150,7 +155,8 @@ limit $5;
 -- explain: the pauses and resumes of a trigger group ($2) and of every group ('*'), newest first.
 select id, type, source, time, data
 from events
-where sched_name = $1 and aggregate = 'group' and aggregate_id in ($2, '*')
+where events_aggregate_key(sched_name, aggregate, aggregate_id) in (events_aggregate_key($1, 'group', $2), events_aggregate_key($1, 'group', '*'))
+  and sched_name = $1 and aggregate = 'group' and aggregate_id in ($2, '*')
 order by seq desc
 limit 100;
 
@@ -159,7 +165,8 @@ limit 100;
 -- bounds on recorded_at keep the scan to the days around them (the log is partitioned by day).
 select id, type, source, time, data
 from events
-where sched_name = $1 and aggregate = 'job' and aggregate_id = $2
+where events_aggregate_key(sched_name, aggregate, aggregate_id) = events_aggregate_key($1, 'job', $2)
+  and sched_name = $1 and aggregate = 'job' and aggregate_id = $2
   and type in ('agate.job.fired', 'agate.job.completed', 'agate.job.failed')
   and recorded_at >= $3 and recorded_at < $4
 order by seq desc

@@ -125,7 +125,8 @@ left join job_details j on j.sched_name = f.sched_name and j.job_group = f.job_g
 join outbox_cursor c on c.sched_name = f.sched_name
 cross join lateral (
     select e.data, e.trace_context, e.nats_subject, e.xid, e.seq from events e
-    where e.sched_name = f.sched_name and e.aggregate = 'job' and e.aggregate_id = f.job_group || '.' || f.job_name
+    where events_aggregate_key(e.sched_name, e.aggregate, e.aggregate_id) = events_aggregate_key(f.sched_name, 'job', f.job_group || '.' || f.job_name)
+      and e.sched_name = f.sched_name and e.aggregate = 'job' and e.aggregate_id = f.job_group || '.' || f.job_name
       and e.type = 'agate.job.fired' and e.data->>'fireId' = f.entry_id::text
     order by e.seq desc limit 1) e
 where f.sched_name = $1 and f.state = 'EXECUTING'
