@@ -63,10 +63,11 @@ source), startedTime, finishedTime and when JetStream stored the completion. A r
 every expected (trigger, scheduled time) has a JobCompleted (or --timeout after the last due
 time); the streams are read again once quiet for 1s, to count late duplicates. CPU figures end
 when the schedulers had applied every completion (their consumer of the DONE stream had nothing
-pending or unacked: "applied"), measured from when the count was reached, before the bench
-reads anything, or else (outcomes batched) from when the DONE stream's read found every
-completion, that read's decoding counted in the bench's figure; the report also gives the part
-used until then (the end-to-end interval).
+pending or unacked: "applied"), which the bench waits for from when the count was reached,
+before it reads anything, or else (outcomes batched) from when the DONE stream's read found
+every completion, that read's decoding counted in the bench's figure; the report also gives the
+part used until the DONE stream held every completion (the end-to-end interval), sampled right
+before the read that found them all, so without that decoding.
 
 Figures:
   fires/s       burst: fires / (last firedTime - T0); steady, failover: fires / (last - first firedTime)

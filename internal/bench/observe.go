@@ -70,8 +70,9 @@ const pollSlow = 500 * time.Millisecond
 // the streams, when it holds fewer messages than fires are expected (workers batch outcomes).
 // Reading at every pause of a poll read the streams in the middle of bursts, taking CPU from
 // the fires; a burst's outcomes seldom pause this long. The last completion's store time, not
-// when it was read, ends the run (e2e); the CPU window ends after the DONE stream's read
-// (counted), up to quietRead and that read later than when every completion was stored.
+// when it was read, ends the run (e2e); the end-to-end part of the CPU figures ends right before
+// the DONE stream's read that found every completion (reading), up to quietRead later than when
+// it was stored.
 const quietRead = 50 * time.Millisecond
 
 // observe prepares the reading of the FIRED and DONE streams of ns.
@@ -222,10 +223,13 @@ func (o *observer) complete() bool {
 // may hold several). A steady flow's count pauses often: reading at each pause decoded its
 // outcomes while it ran, 0.07 of a core taken from the flow being measured. Once every
 // expected fire has a completion it reads the FIRED stream and returns when JetStream stored
-// the last completion; or it gives up at the deadline. counted runs once, the run's end for CPU
+// the last completion; or it gives up at the deadline. reading runs right before each read of
+// the streams (and before counted at the deadline), and counted once, the run's end for CPU
 // figures: when the count reaches the fires expected, before any read; otherwise once the DONE
-// stream's read found every completion (it read only what was new), or at the deadline.
-func (o *observer) wait(ctx context.Context, lastDue, deadline time.Time, log *slog.Logger, counted func()) (time.Time, bool, error) {
+// stream's read found every completion (it read only what was new), or at the deadline. The
+// caller takes the CPU figures of the run as they were at the last reading: the bench's own
+// decoding of the DONE stream (a few percent of a fire's CPU) is not the fires' cost.
+func (o *observer) wait(ctx context.Context, lastDue, deadline time.Time, log *slog.Logger, reading, counted func()) (time.Time, bool, error) {
 	once := sync.OnceFunc(counted)
 	defer once()
 	poll := time.NewTimer(pollEvery)
@@ -251,18 +255,19 @@ func (o *observer) wait(ctx context.Context, lastDue, deadline time.Time, log *s
 		// messages as fires are stored, or when their count has stood still for quietRead,
 		// read what is new.
 		quiet := doneMsgs > read && time.Since(changed) >= quietRead && !time.Now().Before(lastDue)
-		if doneMsgs >= uint64(len(o.expected)) {
-			once()
-		}
 		if doneMsgs >= uint64(len(o.expected)) || quiet {
+			reading()
+			if doneMsgs >= uint64(len(o.expected)) {
+				once()
+			}
 			read = doneMsgs
 			o.reads++
 			last, err := o.lastSeqs(ctx)
 			if err != nil {
 				return time.Time{}, false, err
 			}
-			// DONE first: whether every fire completed is read there, and the run's CPU
-			// window ends before the FIRED stream, the larger, is read.
+			// DONE first: whether every fire completed is read there, and counted runs
+			// before the FIRED stream, the larger, is read.
 			if err := o.collectFrom(ctx, last, events.StreamDone(o.ns)); err != nil {
 				return time.Time{}, false, err
 			}
@@ -293,6 +298,7 @@ func (o *observer) wait(ctx context.Context, lastDue, deadline time.Time, log *s
 		case <-poll.C:
 		}
 		if time.Now().After(deadline) {
+			reading()
 			once()
 			last, err := o.lastSeqs(ctx)
 			if err != nil {

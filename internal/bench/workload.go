@@ -246,7 +246,8 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	var cpuAfter, cpuCompleted map[string]float64
 	var completedAt, countedAt, appliedAt time.Time
 	allSeen, timedOut, err := obs.wait(ctx, t0.Add(s.lastDue()), deadline, log, func() {
-		cpuCompleted, completedAt = cpuSeconds(pids), time.Now()
+		cpuCompleted, completedAt = cpuSeconds(pids), time.Now() // before the read: it may find the run complete
+	}, func() {
 		// The schedulers may apply completions after the workers published them (a node yields
 		// to its fires while it has a backlog): a fire's CPU runs until they have.
 		appliedAt = waitApplied(ctx, js, ns, deadline)
