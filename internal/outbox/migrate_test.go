@@ -1,17 +1,14 @@
 package outbox
 
 import (
-	"io/fs"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/store"
-	"github.com/agatesched/agate/schemas"
 )
 
 // A transaction logged before migration 016 and not yet swept (its node died before
@@ -25,25 +22,9 @@ func TestMigrationsKeepTheSweepsPendingTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
+	if err := store.MigrateTo(ctx, pool, 14); err != nil {
 		t.Fatal(err)
 	}
-	m, err := migrate.NewMigrator(ctx, conn.Conn(), "agate_schema_version")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := fs.Sub(schemas.SQL, "sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.LoadMigrations(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.MigrateTo(ctx, 14); err != nil {
-		t.Fatal(err)
-	}
-	conn.Release()
 
 	ns := testenv.Namespace(t)
 	if err := (store.Locks{Namespace: ns}).Ensure(ctx, pool); err != nil {

@@ -15,6 +15,17 @@ const versionTable = "agate_schema_version"
 // advisory lock while it works, so several nodes starting at once are safe: one migrates, the
 // others wait and then find nothing to do.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return migrateWith(ctx, pool, func(m *migrate.Migrator) error { return m.Migrate(ctx) })
+}
+
+// MigrateTo brings the database schema to the given migration of schemas/sql (its number), up
+// or down: a test of a migration starts from the schema before it.
+func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version int32) error {
+	return migrateWith(ctx, pool, func(m *migrate.Migrator) error { return m.MigrateTo(ctx, version) })
+}
+
+// migrateWith runs run with a migrator that has schemas/sql loaded, on a connection of pool.
+func migrateWith(ctx context.Context, pool *pgxpool.Pool, run func(*migrate.Migrator) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -27,7 +38,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := m.LoadMigrations(sqlDir()); err != nil {
 		return fmt.Errorf("migrate: loading migrations: %w", err)
 	}
-	if err := m.Migrate(ctx); err != nil {
+	if err := run(m); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
