@@ -38,7 +38,8 @@ with paused as (
                 when b.running then 'BLOCKED' else $14::text end as state
     from paused p,
          (select $20::bool and exists (select 1 from fired_triggers
-                   where sched_name = $1 and job_group = $4 and job_name = $5 and state = 'EXECUTING') as running) b
+                   where job_key(sched_name, job_group, job_name) = job_key($1, $4, $5)
+                     and sched_name = $1 and job_group = $4 and job_name = $5 and state = 'EXECUTING') as running) b
 )
 insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_name, kind, schedule, start_time,
                       end_time, calendar_name, priority, misfire_instr, next_fire_time, prev_fire_time,
@@ -48,7 +49,10 @@ from initial
 returning state;
 
 -- name: DeleteJobTriggers
-delete from triggers where sched_name = $1 and job_group = $2 and job_name = $3;
+-- A job's rows in triggers and fired_triggers are found through job_key (migration 018): it names
+-- the index's expression, and the columns guard against a shared hash.
+delete from triggers
+where job_key(sched_name, job_group, job_name) = job_key($1, $2, $3) and sched_name = $1 and job_group = $2 and job_name = $3;
 
 -- name: DeleteJob
 delete from job_details where sched_name = $1 and job_group = $2 and job_name = $3;
@@ -57,7 +61,8 @@ delete from job_details where sched_name = $1 and job_group = $2 and job_name = 
 delete from job_details j
 where j.sched_name = $1 and j.job_group = $2 and j.job_name = $3 and not j.durable
   and not exists (select 1 from triggers t
-                  where t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name);
+                  where job_key(t.sched_name, t.job_group, t.job_name) = job_key(j.sched_name, j.job_group, j.job_name)
+                    and t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name);
 
 -- name: UpsertCalendar
 -- $4: replace an existing calendar of the same name. Returns nothing when it exists and $4 is false.
@@ -103,7 +108,8 @@ returning old.state, t.state;
 select t.trigger_group, t.trigger_name, t.state, t.schedule, t.next_fire_time, t.prev_fire_time, t.times_triggered,
        coalesce(t.calendar_name, ''),
        case when j.nonconcurrent and exists (select 1 from fired_triggers f
-                where f.sched_name = t.sched_name and f.job_group = t.job_group and f.job_name = t.job_name
+                where job_key(f.sched_name, f.job_group, f.job_name) = job_key(t.sched_name, t.job_group, t.job_name)
+                  and f.sched_name = t.sched_name and f.job_group = t.job_group and f.job_name = t.job_name
                   and f.state = 'EXECUTING') then 'BLOCKED' else 'WAITING' end,
        t.next_fire_time < $4 and t.misfire_instr <> 'ignore_misfire_policy'
 from triggers t
@@ -171,7 +177,9 @@ select version from triggers where sched_name = $1 and trigger_group = $2 and tr
 select version from calendars where sched_name = $1 and calendar_name = $2 for update;
 
 -- name: JobExecutions
-select count(*) from fired_triggers where sched_name = $1 and job_group = $2 and job_name = $3 and state = 'EXECUTING';
+select count(*) from fired_triggers
+where job_key(sched_name, job_group, job_name) = job_key($1, $2, $3) and sched_name = $1 and job_group = $2 and job_name = $3
+  and state = 'EXECUTING';
 
 -- name: FireExecuting
 select job_group, job_name from fired_triggers where sched_name = $1 and entry_id = $2 and state = 'EXECUTING';

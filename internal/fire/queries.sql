@@ -34,12 +34,14 @@ returning t.trigger_group, t.trigger_name;
 
 -- name: BlockOthers
 -- Quartz: when a non-concurrent job fires, its other triggers wait until it completes.
--- Per job through triggers_job (OFFSET 0 keeps the subquery a per-key lookup, see LoadForFire).
+-- Per job through triggers_job_key (OFFSET 0 keeps the subquery a per-key lookup, see LoadForFire;
+-- job_key names the index's expression, the columns guard against a shared hash: migration 018).
 update triggers t
 set state = case t.state when 'PAUSED' then 'PAUSED_BLOCKED' else 'BLOCKED' end
 from unnest($2::text[], $3::text[]) as j(g, n)
 cross join lateral (select ctid as tid from triggers x
-                    where x.sched_name = $1 and x.job_group = j.g and x.job_name = j.n offset 0) k
+                    where job_key(x.sched_name, x.job_group, x.job_name) = job_key($1, j.g, j.n)
+                      and x.sched_name = $1 and x.job_group = j.g and x.job_name = j.n offset 0) k
 where t.ctid = k.tid and t.state in ('WAITING', 'ACQUIRED', 'PAUSED');
 
 -- name: MarkExecuting

@@ -11,7 +11,7 @@ where sched_name = $1 and job_group = $2 and job_name = $3;
 -- name: JobTriggers
 select trigger_group, trigger_name, state, next_fire_time
 from triggers
-where sched_name = $1 and job_group = $2 and job_name = $3
+where job_key(sched_name, job_group, job_name) = job_key($1, $2, $3) and sched_name = $1 and job_group = $2 and job_name = $3
 order by trigger_group, trigger_name;
 
 -- name: ListJobs
@@ -179,7 +179,8 @@ select f.entry_id, f.trigger_group, f.trigger_name, f.instance_id, f.fired_time,
        coalesce(s.last_checkin_time > now() - make_interval(secs => 2 * s.checkin_interval_ms / 1000.0 + 7.5), false)
 from fired_triggers f
 left join scheduler_state s on s.sched_name = f.sched_name and s.instance_id = f.instance_id
-where f.sched_name = $1 and f.job_group = $2 and f.job_name = $3
+where job_key(f.sched_name, f.job_group, f.job_name) = job_key($1, $2, $3)
+  and f.sched_name = $1 and f.job_group = $2 and f.job_name = $3
 order by f.fired_time;
 
 -- name: ExplainLiveNodes

@@ -55,7 +55,8 @@ update triggers t
 set state = case t.state when 'PAUSED_BLOCKED' then 'PAUSED' else 'WAITING' end
 where t.sched_name = $1 and t.state in ('BLOCKED', 'PAUSED_BLOCKED')
   and not exists (select 1 from fired_triggers f
-                  where f.sched_name = t.sched_name and f.job_group = t.job_group and f.job_name = t.job_name)
+                  where job_key(f.sched_name, f.job_group, f.job_name) = job_key(t.sched_name, t.job_group, t.job_name)
+                    and f.sched_name = t.sched_name and f.job_group = t.job_group and f.job_name = t.job_name)
 returning t.trigger_group, t.trigger_name, case t.state when 'PAUSED' then 'PAUSED_BLOCKED' else 'BLOCKED' end;
 
 -- name: ForgetOrphanClaims
@@ -87,9 +88,11 @@ returning t.trigger_group, t.trigger_name, 'COMPLETE';
 delete from job_details j
 where j.sched_name = $1 and not j.durable
   and not exists (select 1 from triggers t
-                  where t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name)
+                  where job_key(t.sched_name, t.job_group, t.job_name) = job_key(j.sched_name, j.job_group, j.job_name)
+                    and t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name)
   and not exists (select 1 from fired_triggers f
-                  where f.sched_name = j.sched_name and f.job_group = j.job_group and f.job_name = j.job_name)
+                  where job_key(f.sched_name, f.job_group, f.job_name) = job_key(j.sched_name, j.job_group, j.job_name)
+                    and f.sched_name = j.sched_name and f.job_group = j.job_group and f.job_name = j.job_name)
 returning j.job_group, j.job_name;
 
 -- name: AnyStuck

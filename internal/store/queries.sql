@@ -109,7 +109,8 @@ update triggers t
 set state = case t.state when 'PAUSED_BLOCKED' then 'PAUSED' else 'WAITING' end
 from unnest($2::text[], $3::text[]) as j(g, n)
 cross join lateral (select ctid as tid from triggers x
-                    where x.sched_name = $1 and x.job_group = j.g and x.job_name = j.n offset 0) k
+                    where job_key(x.sched_name, x.job_group, x.job_name) = job_key($1, j.g, j.n)
+                      and x.sched_name = $1 and x.job_group = j.g and x.job_name = j.n offset 0) k
 where t.ctid = k.tid and t.state in ('BLOCKED', 'PAUSED_BLOCKED')
 returning t.trigger_group, t.trigger_name;
 
@@ -123,15 +124,16 @@ returning t.trigger_group, t.trigger_name, t.job_group, t.job_name;
 
 -- name: DeleteFinishedJobs
 -- A non-durable job with no trigger left goes too (Quartz's removeTrigger).
--- OFFSET 0 keeps NOT EXISTS a per-job probe of triggers_job rather than an anti-join that may
--- hash the namespace's triggers.
+-- OFFSET 0 keeps NOT EXISTS a per-job probe of triggers_job_key rather than an anti-join that
+-- may hash the namespace's triggers (job_key: migration 018).
 delete from job_details j
 using unnest($2::text[], $3::text[]) as c(g, n)
 cross join lateral (select ctid as tid from job_details x
                     where x.sched_name = $1 and x.job_group = c.g and x.job_name = c.n limit 1) k
 where j.ctid = k.tid and not j.durable
   and not exists (select 1 from triggers t
-                  where t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name offset 0)
+                  where job_key(t.sched_name, t.job_group, t.job_name) = job_key(j.sched_name, j.job_group, j.job_name)
+                    and t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name offset 0)
 returning j.job_group, j.job_name;
 
 -- name: UpdateMisfired
