@@ -119,7 +119,9 @@ func (tx *Tx) Append(evs ...events.Event) { tx.evs = append(tx.evs, evs...) }
 
 // AppendFromBus records events taken from the bus (without a topic: they are not published
 // again) that the log may hold already, as a redelivered message brings them: the log skips
-// those, at the price of a probe of every partition of the log per event. An event from the bus
+// those, at the price of a probe of every partition of the log per event. The probe looks only
+// among JobFailed events from the bus (the partial index events_bus_failed, migration 019): the
+// outcomes that may repeat are failures that did not end their execution. An event from the bus
 // the log cannot hold yet goes through Append: an outcome that ended its execution in this
 // transaction, since the log records an ending outcome only in the transaction that ends it.
 func (tx *Tx) AppendFromBus(evs ...events.Event) {

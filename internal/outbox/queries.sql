@@ -25,8 +25,10 @@ select pg_current_xact_id()::text::bigint;
 -- redelivered message brings them again; $11 marks them): those are skipped. The log is
 -- partitioned, so no constraint keeps ids unique; the completion step, the one writer of events
 -- from the bus, appends a job's outcomes under its partition lock, so two copies of one event are
--- never appended at once. Events from the bus are logged without a subject: the probe looks
--- among those alone, in the partial index events_bus_id (migration 012), in every partition.
+-- never appended at once. Events from the bus are logged without a subject, and only a JobFailed
+-- that did not end its execution is probed (an ending outcome goes through Append): the probe
+-- looks among those alone, in the partial index events_bus_failed (migration 019), in every
+-- partition.
 with b as (select events_seq_bases(cardinality($2::uuid[])) as bases), ins as (
     insert into events (seq, id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context)
     select events_seq_at(b.bases, e.n), id, $1, type, source, aggregate, aggregate_id, nullif(nats_subject, ''), time, data::json,
@@ -34,7 +36,8 @@ with b as (select events_seq_bases(cardinality($2::uuid[])) as bases), ins as (
     from b, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10::text[], $11::bool[])
         with ordinality as e(id, type, source, aggregate, aggregate_id, nats_subject, time, data, trace_context, probe, n)
     where not e.probe
-       or not exists (select 1 from events x where x.id = e.id and x.nats_subject is null offset 0) -- a probe of events_bus_id per id
+       or not exists (select 1 from events x
+                      where x.id = e.id and x.nats_subject is null and x.type = 'agate.job.failed' offset 0) -- a probe of events_bus_failed per id
 ), tx as (
     insert into outbox_txs (sched_name, xid, source, events, time, seq_from, seq_to)
     select $1, pg_current_xact_id(), $12, count(*), min(u.t), min(events_seq_at(b.bases, u.n)), max(events_seq_at(b.bases, u.n))

@@ -68,8 +68,9 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		tids[i] = pgtype.TID{BlockNumber: uint32(i / 100), OffsetNumber: uint16(i%100 + 1), Valid: true}
 	}
 	ids := make([]uuid.UUID, k)
+	jsons, probes := make([]string, k), make([]bool, k) // events appended, each probed for in the log
 	for i := range ids {
-		ids[i] = uuid.New()
+		ids[i], jsons[i], probes[i] = uuid.New(), "{}", true
 	}
 	read := func(path string) store.Queries {
 		b, err := os.ReadFile(path)
@@ -103,6 +104,8 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		{"command DeleteOrphanJob", command.Get("DeleteOrphanJob"), []any{ns, "g", "j7"}, false},
 		{"query JobTriggers", query.Get("JobTriggers"), []any{ns, "g", "j7"}, false},
 		{"query ExplainFiredRows", query.Get("ExplainFiredRows"), []any{ns, "g", "j7"}, false},
+		{"outbox AppendFromBus", outbox.Get("AppendFromBus"), []any{ns, ids, texts, texts, texts, texts, texts, times, jsons, texts,
+			probes, "agate/plans/n1"}, false},
 		{"outbox SweepTxs", outbox.Get("SweepTxs"), []any{ns, "0", 0, 1000}, false},
 		{"outbox SweepEvents", outbox.Get("SweepEvents"), []any{[]string{"1000", "1001"}, []int64{1, 4097}, []int64{500, 4596}, "0", 0}, false},
 		{"query JobHistory", query.Get("JobHistory"), []any{ns, "g.j7", "g", "j7", int64(1 << 62), 50, true}, true},
@@ -161,12 +164,11 @@ func primaryKeyBitmap(n planNode) bool {
 		wholeKey(bitmaps[0])
 }
 
-// wholeKey says whether an index scan's condition names whole keys: several columns, a
-// single-column primary key, or the hash of a job (migration 018), whose columns the index
-// holds after it. Not a primary key's leading sched_name alone: that reads the namespace.
+// wholeKey says whether an index scan's condition names whole keys (several columns, an id, the
+// hash of a job: migration 018) rather than reading a namespace: not an index's leading
+// sched_name alone, nor no condition at all.
 func wholeKey(n planNode) bool {
-	return strings.Contains(n.IndexCond, " AND ") || strings.Contains(n.IndexCond, "hashtextextended") ||
-		strings.HasSuffix(n.Index, "_pkey") && !strings.HasPrefix(n.IndexCond, "(sched_name =")
+	return strings.Contains(n.IndexCond, " AND ") || n.IndexCond != "" && !strings.HasPrefix(n.IndexCond, "(sched_name =")
 }
 
 // planNodes flattens an EXPLAIN (FORMAT JSON) plan.
