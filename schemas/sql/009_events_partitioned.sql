@@ -83,6 +83,7 @@ create table event_snapshots (
 
 drop table event_snapshots;
 alter table events rename to events_partitioned;
+alter index events_pkey rename to events_partitioned_pkey; -- or the new table's would be events_pkey1, which 009 does not rename going up again
 alter index events_relay rename to events_partitioned_relay;
 alter index events_aggregate_seq rename to events_partitioned_aggregate_seq;
 alter sequence events_seq_seq owned by none;
