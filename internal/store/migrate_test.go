@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"context"
 	"io/fs"
 	"slices"
 	"strings"
@@ -24,7 +23,7 @@ func TestMigrationsGoDownToWhatTheyCameUpFrom(t *testing.T) {
 		t.Fatalf("no migrations embedded (%v)", err)
 	}
 	latest := int32(len(files))
-	up, down := openBare(t), openBare(t)
+	up, down := openOn(t, testenv.Database(t), 2), openOn(t, testenv.Database(t), 2) // no schema yet
 
 	upward := make([]string, latest)
 	for v := range latest {
@@ -47,23 +46,12 @@ func TestMigrationsGoDownToWhatTheyCameUpFrom(t *testing.T) {
 	}
 }
 
-// openBare opens a pool on a fresh database without any migration.
-func openBare(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool, err := store.Open(t.Context(), testenv.Database(t), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 // schemaOf lists the public schema's columns, indexes, functions, sequences and extended
 // statistics, one a line; the log's partitions are named by day, which is left out.
 func schemaOf(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	var s string
-	err := pool.QueryRow(context.WithoutCancel(t.Context()), `select coalesce(string_agg(d, E'\n' order by d), '') from (
+	err := pool.QueryRow(t.Context(), `select coalesce(string_agg(d, E'\n' order by d), '') from (
 		select 'index ' || regexp_replace(indexname || ': ' || indexdef, '_p[0-9]{8}|_before_partitioning', '', 'g') as d
 		from pg_indexes where schemaname = 'public'
 		union all select 'column ' || regexp_replace(table_name, '_p[0-9]{8}', '') || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')

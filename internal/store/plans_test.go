@@ -264,7 +264,13 @@ func planTypes(t *testing.T, plan []byte) string {
 // test ends.
 func openPool(t *testing.T, conns int32) *pgxpool.Pool {
 	t.Helper()
-	pool, err := store.Open(t.Context(), testenv.MigratedDatabase(t), conns)
+	return openOn(t, testenv.MigratedDatabase(t), conns)
+}
+
+// openOn opens a pool of conns connections on the database at url, closed when the test ends.
+func openOn(t *testing.T, url string, conns int32) *pgxpool.Pool {
+	t.Helper()
+	pool, err := store.Open(t.Context(), url, conns)
 	if err != nil {
 		t.Fatal(err)
 	}
