@@ -193,7 +193,8 @@ var errStreamClosed = errors.New("event stream closed")
 // It returns once every reader is in place, so with Follow an event stored after it returns
 // is delivered. Events come in the order JetStream stored them, across the streams: a fire
 // before its outcome even when the worker's clock, which dates the outcome, is behind the
-// scheduler's. With Follow, new events come a quarter of a second after they are stored, held
+// scheduler's. Events one transaction logged for different streams (a one-shot's JobFired and
+// the TriggerCompleted its fire logs) may come in either order. With Follow, new events come a quarter of a second after they are stored, held
 // that long to be put in that order. An event published again after JetStream's 2-minute
 // duplicate window comes again, with its id.
 //

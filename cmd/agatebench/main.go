@@ -74,7 +74,7 @@ Figures:
   e2e/s         expected fires / (last completion stored - T0)
   applied       T0 + how long until the schedulers had applied every completion
   applied before the last fire
-                bursts: completions whose TriggerCompleted (read from the EVENTS stream
+                bursts: completions whose JobDeleted (read from the EVENTS stream
                 afterwards) was logged before the last firedTime, and T0 + when the first was:
                 completions applied while fires are still made compete with them
   lateness      p50 / p99 / max against scheduledTime of: fire = firedTime, published = when

@@ -148,7 +148,7 @@ func TestBurstBlackBox(t *testing.T) {
 		r.MeasuredToCompletedSec <= 0 || r.MeasuredToCompletedSec > r.MeasuredSec {
 		t.Errorf("CPU to the last completion %.2f s in %.2f s, to applied %.2f s in %.2f s", toDone, r.MeasuredToCompletedSec, all, r.MeasuredSec)
 	}
-	// The completions' TriggerCompleted events are read back from the EVENTS stream: the first
+	// The completions' JobDeleted events are read back from the EVENTS stream: the first
 	// was logged after T0, and no more were logged before the last fire than completions came.
 	if r.FirstAppliedAfterT0Sec <= 0 || r.AppliedBeforeLastFire > r.Completed {
 		t.Errorf("first completion applied at T0%+.3f s, %d applied before the last fire of %d", r.FirstAppliedAfterT0Sec,

@@ -39,7 +39,7 @@ type observer struct {
 	allAt     time.Time            // when the last expected key's first completion was stored
 	seq       map[string]uint64    // stream → last sequence read
 	bad       int                  // messages that did not decode
-	appliedAt []time.Time          // when each TriggerCompleted was logged (readApplied)
+	appliedAt []time.Time          // when each JobDeleted was logged (readApplied)
 	reads     int                  // times wait read the streams (only wait's goroutine)
 	doneMsgs  int                  // messages read from the DONE stream
 }
@@ -473,15 +473,15 @@ func (o *observer) writeFires(path string, t0 time.Time) error {
 	return nil
 }
 
-// readApplied reads when the schedulers applied the completions of one-shot triggers: the
-// time of every TriggerCompleted on the EVENTS stream (the completion step logs one as it
-// deletes a finished one-shot, in the transaction that applies the completion), as many
-// messages of the trigger subject as the stream holds now. result counts those before the last
-// fire: completions applied while fires are still being made compete with them for the
-// machine (a burst's schedulers hold them back while fires are behind:
-// complete.Config.Backlogged).
+// readApplied reads when the schedulers applied the completions of the bench's one-shot
+// triggers: the time of every JobDeleted on the EVENTS stream that no command logged (the
+// completion step logs one as it deletes the non-durable job a finished one-shot leaves, in the
+// transaction that applies the completion; the fire logs the trigger's TriggerCompleted), as
+// many messages of the job subject as the stream holds now. result counts those before the last
+// fire: completions applied while fires are still being made compete with them for the machine
+// (a burst's schedulers hold them back while fires are behind: complete.Config.Backlogged).
 func (o *observer) readApplied(ctx context.Context) error {
-	st, subject := events.StreamEvents(o.ns), events.Subjects(o.ns).Evt("trigger")
+	st, subject := events.StreamEvents(o.ns), events.Subjects(o.ns).Evt("job")
 	s, err := o.js.Stream(ctx, st)
 	if err != nil {
 		return fmt.Errorf("looking up stream %s: %w", st, err)
@@ -506,7 +506,11 @@ func (o *observer) readApplied(ctx context.Context) error {
 			n++
 			bodies, _ := events.Bodies(m.Headers(), m.Data()) // a completion transaction's share a message
 			for _, body := range bodies {
-				if env, err := events.Decode(body, new(struct{})); err == nil && env.Type == events.TypeTriggerCompleted {
+				// Not a command's: the calibration of intake deletes its jobs with delete_job.
+				var d struct {
+					CommandID string `json:"commandId"`
+				}
+				if env, err := events.Decode(body, &d); err == nil && env.Type == events.TypeJobDeleted && d.CommandID == "" {
 					at = append(at, env.Time)
 				}
 			}

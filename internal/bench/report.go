@@ -149,7 +149,7 @@ func writeResults(w io.Writer, rows []Result) {
 	fmt.Fprintln(w, "fires/s: burst = fires / (last JobFired.firedTime − T0); steady and failover = fires / (last − first firedTime). "+
 		"e2e/s = expected fires / (last completion stored on the DONE stream − T0). "+
 		"applied = when the schedulers had applied every completion (their DONE consumer had nothing pending or unacked); CPU figures run to it. "+
-		"applied before the last fire (bursts) = completions whose TriggerCompleted was logged before the last JobFired.firedTime, and when the first was (the EVENTS stream).")
+		"applied before the last fire (bursts) = completions whose JobDeleted was logged before the last JobFired.firedTime, and when the first was (the EVENTS stream).")
 	fmt.Fprintln(w, "Lateness against scheduledTime: fire = JobFired.firedTime, published = when JetStream stored the JobFired (its stream timestamp), start = JobCompleted.startedTime, e2e = when JetStream stored the JobCompleted (its stream timestamp).")
 	fmt.Fprintln(w, "dup = (trigger, scheduled time) fired with more than one fireId + fireIds completed more than once; missing = expected (trigger, scheduled time) with no JobCompleted.")
 	fmt.Fprintln(w, "commits/fire, writes/fire = pg_stat_database xact_commit, tup_inserted+tup_updated+tup_deleted of the workload database from T0 to the end ÷ fires (background work included).")

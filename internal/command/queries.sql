@@ -58,11 +58,18 @@ where job_key(sched_name, job_group, job_name) = job_key($1, $2, $3) and sched_n
 delete from job_details where sched_name = $1 and job_group = $2 and job_name = $3;
 
 -- name: DeleteOrphanJob
+-- A non-durable job with no trigger left goes, unless an execution of it is in flight (its
+-- trigger's last fire deleted the trigger): the end of that execution deletes it, as Quartz
+-- keeps the job until its COMPLETE trigger's execution ends.
 delete from job_details j
 where j.sched_name = $1 and j.job_group = $2 and j.job_name = $3 and not j.durable
   and not exists (select 1 from triggers t
                   where job_key(t.sched_name, t.job_group, t.job_name) = job_key(j.sched_name, j.job_group, j.job_name)
-                    and t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name);
+                    and t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name)
+  and not exists (select 1 from fired_triggers f
+                  where job_key(f.sched_name, f.job_group, f.job_name) = job_key(j.sched_name, j.job_group, j.job_name)
+                    and f.sched_name = j.sched_name and f.job_group = j.job_group and f.job_name = j.job_name
+                    and f.state = 'EXECUTING');
 
 -- name: UpsertCalendar
 -- $4: replace an existing calendar of the same name. Returns nothing when it exists and $4 is false.

@@ -52,12 +52,17 @@ func holdPartitions(t *testing.T, f *testenv.Fixture) (release func()) {
 	}
 }
 
-// executing leaves trigger k of job j in state after a fire, with the fire's EXECUTING row.
+// executing leaves trigger k of job j in state after a fire, with the fire's EXECUTING row; a
+// fire that leaves its trigger COMPLETE deletes it, as internal/fire does.
 func executing(t *testing.T, f *testenv.Fixture, k, j events.Key, state string, nonconcurrent bool) uuid.UUID {
 	t.Helper()
 	f.Trigger(t, k, j, testenv.Repeating(time.Minute), t0)
 	f.Exec(t, `update triggers set state = $4 where sched_name = $1 and trigger_group = $2 and trigger_name = $3`,
 		f.Namespace(), k.Group, k.Name, state)
+	if state == store.StateComplete {
+		f.Exec(t, `delete from triggers where sched_name = $1 and trigger_group = $2 and trigger_name = $3`,
+			f.Namespace(), k.Group, k.Name)
+	}
 	id := uuid.Must(uuid.NewV7())
 	f.Exec(t, `insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,
 		fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
@@ -221,8 +226,37 @@ func TestApplyEndsARepeatingTriggersExecutionWithoutThePartitionLocks(t *testing
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if s := f.State(t, key("once-t")); s != "" {
-		t.Fatalf("the one-shot's trigger is %q after its execution ended, want it deleted", s)
+	if n := f.Count(t, `select count(*) from job_details where sched_name = $1 and job_name = 'once'`); n != 0 {
+		t.Fatal("the one-shot's non-durable job is there after its execution ended, want it deleted")
+	}
+}
+
+// A non-durable job whose last triggers fired (and were deleted by their fires) stays while any
+// of their executions is in flight, and goes when the last one ends; unscheduling another
+// trigger of it meanwhile does not delete it either.
+func TestApplyDeletesAJobWhenItsLastExecutionEnds(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	c := newConsumer(f)
+	f.Job(t, key("twin"), false)
+	first := executing(t, f, key("twin-a"), key("twin"), store.StateComplete, false)
+	second := executing(t, f, key("twin-b"), key("twin"), store.StateComplete, false)
+	jobs := func() int {
+		return f.Count(t, `select count(*) from job_details where sched_name = $1 and job_name = 'twin'`)
+	}
+	if _, err := c.Apply(t.Context(), []complete.Outcome{outcome(t, events.TypeJobCompleted, first, key("twin"), false)}); err != nil {
+		t.Fatal(err)
+	}
+	if jobs() != 1 {
+		t.Fatal("the job was deleted while an execution of it was still in flight")
+	}
+	if _, err := c.Apply(t.Context(), []complete.Outcome{outcome(t, events.TypeJobFailed, second, key("twin"), true)}); err != nil {
+		t.Fatal(err)
+	}
+	if jobs() != 0 {
+		t.Fatal("the job is there after its last execution ended")
+	}
+	if n := f.Count(t, `select count(*) from events where sched_name = $1 and type = $2`, events.TypeJobDeleted); n != 1 {
+		t.Fatalf("%d JobDeleted logged, want 1", n)
 	}
 }
 

@@ -7,8 +7,9 @@
 //
 //   - a completion, or a final failure, deletes the fire's fired_triggers row; where a row was
 //     deleted the job's BLOCKED triggers return to WAITING and PAUSED_BLOCKED ones to PAUSED
-//     (non-concurrent jobs), a COMPLETE trigger is deleted, and a non-durable job left without
-//     triggers is deleted, as Quartz's triggeredJobComplete does;
+//     (non-concurrent jobs), and a non-durable job left with no trigger and no execution in
+//     flight is deleted, as Quartz's triggeredJobComplete does (a trigger's last fire deleted
+//     the trigger already: internal/fire);
 //   - every outcome is appended to the event log (not published again: it is on the bus already).
 //
 // While its node fires a heavy flow (Config.Heavy), the outcomes whose recording takes the

@@ -263,8 +263,9 @@ func TestFireUnreadableScheduleGoesToError(t *testing.T) {
 	}
 }
 
-// A non-concurrent job's fire blocks the trigger and the job's other triggers; a one-shot ends
-// COMPLETE.
+// A non-concurrent job's fire blocks the trigger and the job's other triggers; a one-shot's fire
+// deletes its trigger (COMPLETE) with a TriggerCompleted, and leaves its job and fired row to the
+// execution.
 func TestFireBlocksNonconcurrentAndCompletesOneShot(t *testing.T) {
 	e := setup(t)
 	e.f.Job(t, key("nc"), true)
@@ -275,10 +276,25 @@ func TestFireBlocksNonconcurrentAndCompletesOneShot(t *testing.T) {
 	if n := e.fire(t, e.claim(t, key("a"), key("nc"), t0, false, true), e.claim(t, key("o"), key("once"), t0, false, false)); n != 2 {
 		t.Fatalf("fired %d, want 2", n)
 	}
-	for k, want := range map[string]string{"a": store.StateBlocked, "b": store.StateBlocked, "o": store.StateComplete} {
+	for k, want := range map[string]string{"a": store.StateBlocked, "b": store.StateBlocked, "o": ""} {
 		if got := e.f.State(t, key(k)); got != want {
-			t.Errorf("trigger %s is %s, want %s", k, got, want)
+			t.Errorf("trigger %s is %q, want %q", k, got, want)
 		}
+	}
+	if n := e.countEvents(t, events.TypeTriggerCompleted); n != 1 {
+		t.Errorf("%d TriggerCompleted logged, want 1 (the one-shot's)", n)
+	}
+	var state string
+	if err := e.f.Pool.QueryRow(t.Context(), `select data->>'triggerState' from events
+		where sched_name = $1 and type = $2 and data->'trigger'->>'name' = 'o'`,
+		e.f.Namespace(), events.TypeJobFired).Scan(&state); err != nil || state != store.StateComplete {
+		t.Errorf("the one-shot's JobFired says triggerState %q (%v), want COMPLETE", state, err)
+	}
+	if n := e.f.Count(t, `select count(*) from job_details where sched_name = $1 and job_name = 'once'`); n != 1 {
+		t.Error("the one-shot's job was deleted by the fire; it stays until the execution ends")
+	}
+	if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1 and trigger_name = 'o' and state = 'EXECUTING'`); n != 1 {
+		t.Error("the one-shot's execution has no EXECUTING fired row")
 	}
 }
 

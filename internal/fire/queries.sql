@@ -19,18 +19,33 @@ cross join lateral (select * from job_details j
 -- namespace). No condition another index could serve: with sched_name = $1 the planner read the
 -- namespace through the primary key instead. A row another transaction changed meanwhile has
 -- moved: its update does not match, and the claim is dropped as when the guard fails.
+-- A trigger with no fire left (new state COMPLETE) is deleted rather than updated: its
+-- execution is in its fired row and JobFired. An update is a new row version with an entry in
+-- each of the table's indexes, and the COMPLETE row was deleted again when the execution ended;
+-- one delete costs a sixth of the two (docs/performance.md, "What one fire costs").
 with u as (
     select * from unnest($1::tid[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::int[],
                          $8::timestamptz[], $9::text[])
         as u(tid, g, n, state, next, prev, times, old_next, old_state)
+), done as (
+    delete from triggers t
+    using u
+    where t.ctid = any(array(select tid from u where u.state = 'COMPLETE')) and t.ctid = u.tid
+      and t.trigger_group = u.g and t.trigger_name = u.n
+      and t.state = u.old_state and t.next_fire_time = u.old_next
+    returning t.trigger_group, t.trigger_name
+), moved as (
+    update triggers t
+    set state = u.state, next_fire_time = u.next, prev_fire_time = u.prev, times_triggered = u.times
+    from u
+    where t.ctid = any(array(select tid from u where u.state <> 'COMPLETE')) and t.ctid = u.tid
+      and t.trigger_group = u.g and t.trigger_name = u.n
+      and t.state = u.old_state and t.next_fire_time = u.old_next
+    returning t.trigger_group, t.trigger_name
 )
-update triggers t
-set state = u.state, next_fire_time = u.next, prev_fire_time = u.prev, times_triggered = u.times
-from u
-where t.ctid = any(array(select tid from u)) and t.ctid = u.tid
-  and t.trigger_group = u.g and t.trigger_name = u.n
-  and t.state = u.old_state and t.next_fire_time = u.old_next
-returning t.trigger_group, t.trigger_name;
+select * from done
+union all
+select * from moved;
 
 -- name: BlockOthers
 -- Quartz: when a non-concurrent job fires, its other triggers wait until it completes.

@@ -220,7 +220,7 @@ func (x *explainer) gone() bool {
 			return true
 		case events.TypeTriggerCompleted:
 			x.add(Reason{Code: ReasonEnded, Time: e.at(), EventID: e.ID,
-				Message: fmt.Sprintf("it ended at %s: it had no fire time left, and its last run was over", stamp(e.Time))})
+				Message: fmt.Sprintf("it ended at %s: its last fire deleted it, having no fire time left", stamp(e.Time))})
 			return true
 		}
 	}

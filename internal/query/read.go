@@ -173,6 +173,10 @@ func scanTrigger(row pgx.Row) (Trigger, error) {
 	return t, nil
 }
 
+// deletedHint ends the not-found error of a trigger: a trigger's last fire deletes it while its
+// execution may still run, which a Quartz user expects to see as COMPLETE.
+const deletedHint = " (a trigger's last fire deletes it; history and explain show what became of it, executing its runs)"
+
 type getTrigger struct {
 	Trigger Key `json:"trigger"`
 }
@@ -180,7 +184,7 @@ type getTrigger struct {
 func (h *Handler) getTrigger(ctx context.Context, req *getTrigger) (any, error) {
 	t, err := scanTrigger(h.pool.QueryRow(ctx, queries.Get("GetTrigger"), h.cfg.Namespace, req.Trigger.Group, req.Trigger.Name))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, apierr.NotFound("trigger", "trigger %s does not exist", req.Trigger)
+		return nil, apierr.NotFound("trigger", "trigger %s does not exist%s", req.Trigger, deletedHint)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading trigger %s: %w", req.Trigger, err)
@@ -252,7 +256,7 @@ func (h *Handler) nextFireTimes(ctx context.Context, req *nextFireTimes) (any, e
 		err := tx.QueryRow(ctx, queries.Get("TriggerSchedule"), h.cfg.Namespace, req.Trigger.Group, req.Trigger.Name).
 			Scan(&out.State, &schedule, &next, &prev, &times, &out.Calendar)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return apierr.NotFound("trigger", "trigger %s does not exist", req.Trigger)
+			return apierr.NotFound("trigger", "trigger %s does not exist%s", req.Trigger, deletedHint)
 		}
 		if err != nil {
 			return fmt.Errorf("reading trigger %s: %w", req.Trigger, err)

@@ -30,9 +30,9 @@ type Ending struct {
 
 // EndExecutions ends the executions with the given fire ids, as Quartz's triggeredJobComplete
 // does: their fired rows go, the triggers their non-concurrent jobs blocked are released
-// (BLOCKED → WAITING, PAUSED_BLOCKED → PAUSED), COMPLETE triggers whose last execution this was
-// are deleted, and so are the non-durable jobs they leave without triggers. The caller holds
-// the locks of the jobs' partitions.
+// (BLOCKED → WAITING, PAUSED_BLOCKED → PAUSED), and the non-durable jobs left with no trigger
+// and no execution are deleted (a trigger's last fire deleted the trigger). The caller holds the
+// locks of the jobs' partitions.
 func EndExecutions(ctx context.Context, tx pgx.Tx, origin events.Origin, fireIDs []uuid.UUID, now time.Time) (Ending, error) {
 	res := Ending{Ended: map[uuid.UUID]Ended{}}
 	if len(fireIDs) == 0 {
@@ -56,11 +56,11 @@ func EndExecutions(ctx context.Context, tx pgx.Tx, origin events.Origin, fireIDs
 }
 
 // EndRepeating ends those of the executions with the given fire ids whose end changes nothing
-// but their fired row: executions of concurrent jobs whose trigger is there and not COMPLETE
-// (a repeating trigger's). No other transaction changes what such an end depends on, so the
-// caller needs no partition lock: the fired row's deletion makes the end happen once, and a
-// trigger that becomes COMPLETE meanwhile completes with its last execution, whose own end then
-// goes through EndExecutions. It returns the executions it ended; the others are left for
+// but their fired row: executions of concurrent jobs whose trigger is there, still of the same
+// job, and not COMPLETE (a repeating trigger's). No other transaction changes what such an end
+// depends on, so the caller needs no partition lock: the fired row's deletion makes the end
+// happen once, and the job of a trigger deleted meanwhile stays until its last execution,
+// whose own end goes through EndExecutions. It returns the executions it ended; the others are left for
 // EndExecutions under the locks.
 func EndRepeating(ctx context.Context, tx pgx.Tx, fireIDs []uuid.UUID) (map[uuid.UUID]Ended, error) {
 	if len(fireIDs) == 0 {
@@ -112,47 +112,20 @@ func releaseBlocked(ctx context.Context, tx pgx.Tx, namespace string, ended map[
 	return keys, nil
 }
 
-// deleteFinished deletes the COMPLETE triggers of the ended executions and the jobs they leave
-// without triggers, and returns a TriggerCompleted or JobDeleted event for each. Only the jobs
-// of the triggers deleted here can be left without one: every other step that deletes a
-// trigger (unschedule_trigger, delete_job, recovery's repairs) deletes the job it orphans
-// itself. So repeating triggers, which do not complete, cost no probe of their jobs.
+// deleteFinished deletes the non-durable jobs of the ended executions that are left with no
+// trigger and no other execution in flight, and returns a JobDeleted event for each, as
+// Quartz's removeTrigger deletes a job with its last trigger. A trigger's last fire deleted the
+// trigger already (internal/fire's UpdateTriggers); the job stays until that execution ends.
 func deleteFinished(ctx context.Context, tx pgx.Tx, origin events.Origin, ended map[uuid.UUID]Ended, now time.Time) ([]events.Event, error) {
-	var tg, tn, states []string
-	for _, e := range ended {
-		tg, tn, states = append(tg, e.Trigger.Group), append(tn, e.Trigger.Name), append(states, StateComplete)
-	}
-	rows, err := tx.Query(ctx, queries.Get("DeleteCompleteTriggers"), origin.Namespace, tg, tn, states)
-	if err != nil {
-		return nil, fmt.Errorf("deleting completed triggers: %w", err)
-	}
-	type deleted struct{ trigger, job events.Key }
-	completed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (deleted, error) {
-		var d deleted
-		err := row.Scan(&d.trigger.Group, &d.trigger.Name, &d.job.Group, &d.job.Name)
-		return d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("deleting completed triggers: %w", err)
-	}
-	evs := make([]events.Event, 0, len(completed))
 	var jg, jn []string
-	seen := make(map[events.Key]bool, len(completed))
-	for _, d := range completed {
-		ev, err := origin.Trigger(events.TypeTriggerCompleted, d.trigger, now, map[string]any{"trigger": d.trigger})
-		if err != nil {
-			return nil, err
-		}
-		evs = append(evs, ev)
-		if !seen[d.job] {
-			seen[d.job] = true
-			jg, jn = append(jg, d.job.Group), append(jn, d.job.Name)
+	seen := make(map[events.Key]bool, len(ended))
+	for _, e := range ended {
+		if !seen[e.Job] {
+			seen[e.Job] = true
+			jg, jn = append(jg, e.Job.Group), append(jn, e.Job.Name)
 		}
 	}
-	if len(jg) == 0 {
-		return evs, nil
-	}
-	rows, err = tx.Query(ctx, queries.Get("DeleteFinishedJobs"), origin.Namespace, jg, jn)
+	rows, err := tx.Query(ctx, queries.Get("DeleteFinishedJobs"), origin.Namespace, jg, jn)
 	if err != nil {
 		return nil, fmt.Errorf("deleting finished jobs: %w", err)
 	}
@@ -160,8 +133,7 @@ func deleteFinished(ctx context.Context, tx pgx.Tx, origin events.Origin, ended 
 	if err != nil {
 		return nil, fmt.Errorf("deleting finished jobs: %w", err)
 	}
-	more, err := JobsDeleted(origin, jobs, "no triggers left", now)
-	return append(evs, more...), err
+	return JobsDeleted(origin, jobs, "no triggers left", now)
 }
 
 // JobsDeleted builds a JobDeleted event for each non-durable job deleted because no trigger

@@ -96,7 +96,6 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		{"acquire MarkAcquired", acquire.Get("MarkAcquired"), []any{tids, groups, names, times, texts}, false},
 		{"store EndRepeatingFired", own.Get("EndRepeatingFired"), []any{ids}, false},
 		{"store ReleaseBlocked", own.Get("ReleaseBlocked"), []any{ns, groups, jobs}, false},
-		{"store DeleteCompleteTriggers", own.Get("DeleteCompleteTriggers"), []any{ns, groups, names, texts}, false},
 		{"store DeleteFinishedJobs", own.Get("DeleteFinishedJobs"), []any{ns, groups, jobs}, false},
 		{"store SetTriggerError", own.Get("SetTriggerError"), []any{ns, groups, names}, false},
 		{"command JobExecutions", command.Get("JobExecutions"), []any{ns, "g", "j7"}, false},

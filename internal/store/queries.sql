@@ -92,13 +92,16 @@ returning entry_id, trigger_group, trigger_name, job_group, job_name, nonconcurr
 
 -- name: EndRepeatingFired
 -- The executions of concurrent jobs whose trigger is there and fires again: ending one deletes
--- its fired row and nothing else, so it needs no partition lock (EndRepeating). OFFSET 0 keeps
+-- its fired row and nothing else, so it needs no partition lock (EndRepeating). A trigger's last
+-- fire deletes it, and a trigger of the same name scheduled since may be another job's: the
+-- trigger must still be the execution's job's, or the job may be left to delete. OFFSET 0 keeps
 -- EXISTS a probe of the trigger's primary key per row rather than a semi-join.
 delete from fired_triggers f
 where f.entry_id = any($1) and not f.nonconcurrent
   and exists (select 1 from triggers t
               where t.sched_name = f.sched_name and t.trigger_group = f.trigger_group
-                and t.trigger_name = f.trigger_name and t.state <> 'COMPLETE' offset 0)
+                and t.trigger_name = f.trigger_name and t.state <> 'COMPLETE'
+                and t.job_group = f.job_group and t.job_name = f.job_name offset 0)
 returning f.entry_id, f.trigger_group, f.trigger_name, f.job_group, f.job_name, f.nonconcurrent;
 
 -- name: ReleaseBlocked
@@ -114,18 +117,11 @@ cross join lateral (select ctid as tid from triggers x
 where t.ctid = k.tid and t.state in ('BLOCKED', 'PAUSED_BLOCKED')
 returning t.trigger_group, t.trigger_name;
 
--- name: DeleteCompleteTriggers
-delete from triggers t
-using unnest($2::text[], $3::text[], $4::text[]) as c(g, n, state)
-cross join lateral (select ctid as tid from triggers x
-                    where x.sched_name = $1 and x.trigger_group = c.g and x.trigger_name = c.n limit 1) k
-where t.ctid = k.tid and t.state = c.state
-returning t.trigger_group, t.trigger_name, t.job_group, t.job_name;
-
 -- name: DeleteFinishedJobs
--- A non-durable job with no trigger left goes too (Quartz's removeTrigger).
--- OFFSET 0 keeps NOT EXISTS a per-job probe of triggers_job_key rather than an anti-join that
--- may hash the namespace's triggers (job_key: migration 018).
+-- A non-durable job with no trigger left and no other execution in flight goes (Quartz's
+-- removeTrigger). OFFSET 0 keeps each NOT EXISTS a per-job probe of triggers_job_key and
+-- fired_triggers_job_key rather than an anti-join that may hash the namespace's rows (job_key:
+-- migration 018).
 delete from job_details j
 using unnest($2::text[], $3::text[]) as c(g, n)
 cross join lateral (select ctid as tid from job_details x
@@ -134,6 +130,10 @@ where j.ctid = k.tid and not j.durable
   and not exists (select 1 from triggers t
                   where job_key(t.sched_name, t.job_group, t.job_name) = job_key(j.sched_name, j.job_group, j.job_name)
                     and t.sched_name = j.sched_name and t.job_group = j.job_group and t.job_name = j.job_name offset 0)
+  and not exists (select 1 from fired_triggers f
+                  where job_key(f.sched_name, f.job_group, f.job_name) = job_key(j.sched_name, j.job_group, j.job_name)
+                    and f.sched_name = j.sched_name and f.job_group = j.job_group and f.job_name = j.job_name
+                    and f.state = 'EXECUTING' offset 0)
 returning j.job_group, j.job_name;
 
 -- name: UpdateMisfired
