@@ -231,9 +231,33 @@ func TestApplyEndsARepeatingTriggersExecutionWithoutThePartitionLocks(t *testing
 	}
 }
 
+// A trigger's last fire deletes it, so its name may be taken by another job's trigger while the
+// execution runs: that execution's end is not a repeating trigger's, and deletes its own job.
+func TestApplyEndsAnExecutionWhoseTriggerNameWasTakenByAnotherJob(t *testing.T) {
+	f := testenv.NewFixture(t, 4)
+	c := newConsumer(f)
+	f.Job(t, key("old"), false)
+	fire := executing(t, f, key("reused"), key("old"), store.StateComplete, false)
+	f.Job(t, key("new"), false)
+	f.Trigger(t, key("reused"), key("new"), testenv.Repeating(time.Minute), t0)
+	// No triggerState echoed: the end is first looked for as a repeating trigger's.
+	if _, err := c.Apply(t.Context(), []complete.Outcome{outcome(t, events.TypeJobCompleted, fire, key("old"), false)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Count(t, `select count(*) from job_details where sched_name = $1 and job_name = 'old'`); n != 0 {
+		t.Error("the ended execution's job is there: its end was taken for a repeating trigger's")
+	}
+	if n := f.Count(t, `select count(*) from job_details where sched_name = $1 and job_name = 'new'`); n != 1 {
+		t.Error("the job that took the trigger's name was deleted")
+	}
+	if s := f.State(t, key("reused")); s != store.StateWaiting {
+		t.Errorf("the new trigger is %q, want WAITING", s)
+	}
+}
+
 // A non-durable job whose last triggers fired (and were deleted by their fires) stays while any
-// of their executions is in flight, and goes when the last one ends; unscheduling another
-// trigger of it meanwhile does not delete it either.
+// of their executions is in flight, and goes when the last one ends (unschedule_trigger
+// meanwhile: internal/node's TestAJobOutlivesItsLastTriggerUntilItsExecutionEnds).
 func TestApplyDeletesAJobWhenItsLastExecutionEnds(t *testing.T) {
 	f := testenv.NewFixture(t, 4)
 	c := newConsumer(f)

@@ -217,3 +217,36 @@ func TestNodeWithClockAheadFiresOnTime(t *testing.T) {
 		t.Fatalf("the job started %s before its time", early)
 	}
 }
+
+// A one-shot's fire deletes its trigger, but its non-durable job stays while the execution runs:
+// unscheduling the job's last other trigger meanwhile leaves it (Quartz keeps it until its
+// COMPLETE trigger's execution ends), and the end of the execution deletes it.
+func TestAJobOutlivesItsLastTriggerUntilItsExecutionEnds(t *testing.T) {
+	e := newEnv(t)
+	e.startNode("n1", nil)
+	if out := e.request("schedule_job", map[string]any{"id": "s1", "job": job("g", "j", "noop", nil, nil),
+		"triggers": []any{oneShot("g", "once", time.Now()), repeating("g", "later", time.Now().Add(time.Hour), time.Hour, -1)}}); !out.OK {
+		t.Fatalf("schedule_job: %+v", out.Error)
+	}
+	// No worker yet: the one-shot's execution stays in flight.
+	e.waitCount(10*time.Second, "the one-shot's fire", 1, `select count(*) from fired_triggers where sched_name = $1 and state = 'EXECUTING'`, e.ns)
+	if n := e.count(`select count(*) from triggers where sched_name = $1 and trigger_name = 'once'`, e.ns); n != 0 {
+		t.Fatal("the one-shot's trigger is there after its fire")
+	}
+	if out := e.request("unschedule_trigger", map[string]any{"id": "u1", "trigger": map[string]any{"group": "g", "name": "later"}}); !out.OK {
+		t.Fatalf("unschedule_trigger: %+v", out.Error)
+	}
+	if n := e.count(`select count(*) from job_details where sched_name = $1`, e.ns); n != 1 {
+		t.Fatal("unscheduling the job's last trigger deleted it while an execution of it was in flight")
+	}
+	e.startWorker("w1", nil, nil)
+	e.waitCount(10*time.Second, "the JobDeleted of the execution's end", 1,
+		`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobDeleted)
+	if n := e.count(`select count(*) from job_details where sched_name = $1`, e.ns); n != 0 {
+		t.Error("the job is there after its execution ended")
+	}
+	if n := e.count(`select count(*) from events where sched_name = $1 and type = $2`, e.ns, events.TypeJobCompleted); n != 1 {
+		t.Errorf("%d JobCompleted logged, want 1", n)
+	}
+	e.checkReplay()
+}
