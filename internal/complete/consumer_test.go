@@ -186,8 +186,8 @@ func TestApplyEndsAnExecutionOnceInABatch(t *testing.T) {
 
 // An execution of a repeating trigger of a concurrent job changes nothing but its fired row when
 // it ends, so its outcome is recorded while another transaction holds every lock partition; a
-// one-shot's, which deletes its trigger and job, waits for the partitions and is recorded once
-// they are free.
+// one-shot's, which deletes its job, waits for the partitions and is recorded once they are
+// free.
 func TestApplyEndsARepeatingTriggersExecutionWithoutThePartitionLocks(t *testing.T) {
 	f := testenv.NewFixture(t, 4)
 	c := newConsumer(f)
