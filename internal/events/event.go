@@ -107,6 +107,19 @@ func New(typ, source, aggregate, aggregateID, topic string, now time.Time, v any
 	}, nil
 }
 
+// TriggerRef is the data of an event that names its trigger and nothing more
+// (TriggerCompleted, which a one-shot's fire logs).
+type TriggerRef struct {
+	Trigger Key `json:"trigger"`
+}
+
+// JobGone is the data of a JobDeleted that no command logged: the job, and why it went (the
+// end of its last execution, recovery's repairs).
+type JobGone struct {
+	Job    Key    `json:"job"`
+	Reason string `json:"reason"`
+}
+
 // Source is the CloudEvents source of a node: agate/<ns>/<instanceId>.
 func Source(namespace, instanceID string) string {
 	return "agate/" + namespace + "/" + instanceID

@@ -431,7 +431,7 @@ func (f *Firer) completed(fires []firing, now time.Time) ([]events.Event, error)
 			continue
 		}
 		k := fi.claim.Trigger()
-		ev, err := f.origin.Trigger(events.TypeTriggerCompleted, k, now, map[string]any{"trigger": k})
+		ev, err := f.origin.Trigger(events.TypeTriggerCompleted, k, now, events.TriggerRef{Trigger: k})
 		if err != nil {
 			return nil, err
 		}

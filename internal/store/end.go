@@ -141,7 +141,7 @@ func deleteFinished(ctx context.Context, tx pgx.Tx, origin events.Origin, ended 
 func JobsDeleted(origin events.Origin, jobs []events.Key, reason string, now time.Time) ([]events.Event, error) {
 	evs := make([]events.Event, 0, len(jobs))
 	for _, k := range jobs {
-		ev, err := origin.Job(events.TypeJobDeleted, k, now, map[string]any{"job": k, "reason": reason})
+		ev, err := origin.Job(events.TypeJobDeleted, k, now, events.JobGone{Job: k, Reason: reason})
 		if err != nil {
 			return nil, err
 		}
