@@ -60,8 +60,8 @@ func EndExecutions(ctx context.Context, tx pgx.Tx, origin events.Origin, fireIDs
 // job, and not COMPLETE (a repeating trigger's). No other transaction changes what such an end
 // depends on, so the caller needs no partition lock: the fired row's deletion makes the end
 // happen once, and the job of a trigger deleted meanwhile stays until its last execution,
-// whose own end goes through EndExecutions. It returns the executions it ended; the others are left for
-// EndExecutions under the locks.
+// whose own end goes through EndExecutions. It returns the executions it ended; the others are
+// left for EndExecutions under the locks.
 func EndRepeating(ctx context.Context, tx pgx.Tx, fireIDs []uuid.UUID) (map[uuid.UUID]Ended, error) {
 	if len(fireIDs) == 0 {
 		return map[uuid.UUID]Ended{}, nil
