@@ -141,7 +141,8 @@ func TestBatchIDNamesTheEventsInOrder(t *testing.T) {
 // BenchmarkDecodeOutcomeBatch is what the completion step pays to read a worker's message of 25
 // outcomes (go test -bench DecodeOutcomeBatch ./internal/events), per message: 268 µs and 96
 // allocations on the bench's machine, against 326 µs and 114 when Bodies copied each element
-// and DecodeRaw parsed each outcome's data twice.
+// and DecodeRaw parsed each outcome's data twice; 117 µs and 417 allocations with the canonical
+// reader, against 264 µs and 223 on the same machine (2026-11-30).
 func BenchmarkDecodeOutcomeBatch(b *testing.B) {
 	start := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
 	evs := make([]Event, 25)

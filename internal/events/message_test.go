@@ -90,7 +90,9 @@ func TestDecodeErrorsNameTheMember(t *testing.T) {
 }
 
 // BenchmarkDecodeJobFired is what a worker pays to read a fire (go test -bench DecodeJobFired
-// ./internal/events): 2.7 µs and 5 allocations here against encoding/json's 7.2 µs and 25.
+// ./internal/events): 2.7 µs and 5 allocations here against encoding/json's 7.2 µs and 25 on
+// one machine; on the bench's (2026-11-30), 2.9 µs and 16 allocations by the canonical reader
+// against 9.4 µs and 5 by the json package.
 func BenchmarkDecodeJobFired(b *testing.B) {
 	next := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
 	fired := JobFired{FireID: uuid.Must(uuid.NewV7()), Job: JobRef{Group: "reports", Name: "daily-stats", Type: "http"},
