@@ -235,12 +235,15 @@ func appendEvents(ctx context.Context, tx pgx.Tx, namespace string, evs []events
 	}
 	n := len(evs)
 	ids := make([]uuid.UUID, n)
-	types, sources, aggs, aggIDs, topics, datas, traces := make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	types, sources, aggs, aggIDs, topics, traces := make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	times := make([]time.Time, n)
+	// The data go as they are: pgx encodes a [][]byte for text[] as it does a []string, without
+	// a string copy of every event's data (a third of the cost of encoding the parameter).
+	datas := make([][]byte, n)
 	for i, e := range evs {
 		ids[i], types[i], sources[i], aggs[i], aggIDs[i] = e.ID, e.Type, e.Source, e.Aggregate, e.AggregateID
-		topics[i], times[i], datas[i], traces[i] = e.Topic, e.Time, string(e.Data), e.TraceParent
+		topics[i], times[i], datas[i], traces[i] = e.Topic, e.Time, e.Data, e.TraceParent
 	}
 	args := []any{namespace, ids, types, sources, aggs, aggIDs, topics, times, datas, traces}
 	if probe != nil {
