@@ -221,6 +221,8 @@ func addNodeFlags(cmd *cobra.Command, o *options) {
 	bind("event-retention", "AGATE_EVENT_RETENTION")
 	f.DurationVar(&o.node.SnapshotInterval, "snapshot-interval", node.SnapshotIntervalDefault, "how often a node stores a snapshot of the event log's projection (replay starts from the latest)")
 	bind("snapshot-interval", "AGATE_SNAPSHOT_INTERVAL")
+	f.DurationVar(&o.node.VacuumInterval, "vacuum-interval", node.VacuumIntervalDefault, "how often a node looks at the tables every fire rewrites (triggers, fired_triggers, job_details) and VACUUMs those whose dead rows reached half their live ones: a busy flow makes dead rows faster than autovacuum, which visits a database once a minute, cleans them; one node of a database at a time, and only tables its database user owns; 0 leaves them to autovacuum")
+	bind("vacuum-interval", "AGATE_VACUUM_INTERVAL")
 	f.StringSliceVar(&o.jobTypes, "job-types", nil, "job types accepted besides the built-in "+strings.Join(node.BuiltinJobTypes(), ", ")+" (comma-separated)")
 	bind("job-types", "AGATE_JOB_TYPES")
 	f.IntVar(&o.node.MaxCommandBytes, "max-command-bytes", node.MaxCommandBytesDefault, "largest command body accepted, in bytes")
@@ -252,6 +254,9 @@ func (o *options) nodeConfig() (node.Config, error) {
 	}
 	if cfg.EventRetention == 0 {
 		cfg.EventRetention = -1 // the flag's 0 keeps every event; the Config's 0 is the default
+	}
+	if cfg.VacuumInterval == 0 {
+		cfg.VacuumInterval = -1 // the flag's 0 leaves the tables to autovacuum
 	}
 	return cfg, cfg.Validate()
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/agatesched/agate/internal/outbox"
 	"github.com/agatesched/agate/internal/recovery"
 	"github.com/agatesched/agate/internal/retention"
+	"github.com/agatesched/agate/internal/vacuum"
 )
 
 // Defaults of Config, re-exported from the steps that own them so that the command line can show
@@ -24,6 +25,7 @@ const (
 	EventRetentionDefault   = retention.EventRetentionDefault
 	SnapshotIntervalDefault = retention.SnapshotIntervalDefault
 	EventBatchDefault       = outbox.EventBatchDefault
+	VacuumIntervalDefault   = vacuum.IntervalDefault
 
 	StreamReplicasDefault  = events.StreamReplicasDefault
 	StreamMaxAgeDefault    = events.StreamMaxAgeDefault

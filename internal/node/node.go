@@ -35,6 +35,7 @@ import (
 	"github.com/agatesched/agate/internal/retention"
 	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
+	"github.com/agatesched/agate/internal/vacuum"
 	"github.com/agatesched/agate/internal/wake"
 )
 
@@ -83,7 +84,11 @@ type Config struct {
 	// SnapshotInterval is how often the log's projection is snapshotted; default
 	// retention.SnapshotIntervalDefault.
 	SnapshotInterval time.Duration
-	Logger           *slog.Logger
+	// VacuumInterval is how often the node looks at the fire path's tables and vacuums those
+	// with many dead rows (internal/vacuum); default vacuum.IntervalDefault, negative leaves
+	// them to autovacuum.
+	VacuumInterval time.Duration
+	Logger         *slog.Logger
 	// Now is the node clock (fire times, misfires); tests inject one. Default time.Now. The node
 	// corrects it by its offset from the database clock, measured at each check-in.
 	Now func() time.Time
@@ -269,6 +274,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		SnapshotInterval: cmp.Or(cfg.SnapshotInterval, retention.SnapshotIntervalDefault), Logger: log}, pool)
 	pruner := retention.NewPruner(retention.Config{Namespace: ns, Window: cfg.IdempotencyWindow,
 		Interval: cfg.PruneInterval, Logger: log}, pool)
+	vacuumer := vacuum.New(vacuum.Config{Interval: cfg.VacuumInterval, Logger: log}, pool)
 
 	if ts := cfg.TestSignals; ts != nil {
 		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete
@@ -312,6 +318,9 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	run("outbox", ob.Run)
 	run("completion consumer", completions.Run)
 	run("event log upkeep", upkeep.Run)
+	if cfg.VacuumInterval >= 0 {
+		run("vacuum", vacuumer.Run)
+	}
 	run("command consumer", func(ctx context.Context) error { return commands.Run(ctx, js) })
 	run("api service", func(ctx context.Context) error { return api.Serve(ctx, nc, apiConfig(cfg, log, commands, queries)) })
 	err = g.Wait()
