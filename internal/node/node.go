@@ -262,9 +262,11 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		return err
 	}
 	waiting := pending.NewWaiting(js, ns, log)
+	firesWaiting := func() bool { return waiting.AtLeast(ctx, complete.BatchDefault) }
 	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Logger: log,
-		Wake: wakeup, Backlogged: acq.Backlogged, Heavy: acq.Heavy,
-		FiresWaiting: func() bool { return waiting.AtLeast(ctx, complete.BatchDefault) }}, ob, js)
+		Wake: wakeup, Backlogged: acq.Backlogged, Heavy: acq.Heavy, FiresWaiting: firesWaiting}, ob, js)
+	vacuumer := vacuum.New(vacuum.Config{Interval: cfg.VacuumInterval, Logger: log,
+		Busy: func() bool { return acq.Backlogged() || firesWaiting() }}, pool)
 	recoverer := recovery.New(recovery.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks,
 		CheckinInterval: cfg.CheckinInterval, MisfireThreshold: cfg.MisfireThreshold, Logger: log, Now: cfg.Now,
 		Wake: wakeup, Member: member, Clock: clock, JetStream: js, HealEvery: cfg.HealEvery,
@@ -274,7 +276,6 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		SnapshotInterval: cmp.Or(cfg.SnapshotInterval, retention.SnapshotIntervalDefault), Logger: log}, pool)
 	pruner := retention.NewPruner(retention.Config{Namespace: ns, Window: cfg.IdempotencyWindow,
 		Interval: cfg.PruneInterval, Logger: log}, pool)
-	vacuumer := vacuum.New(vacuum.Config{Interval: cfg.VacuumInterval, Logger: log}, pool)
 
 	if ts := cfg.TestSignals; ts != nil {
 		acq.TestSignals, queue.TestSignals, completions.TestSignals = ts.Acquire, ts.Queue, ts.Complete

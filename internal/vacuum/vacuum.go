@@ -50,7 +50,12 @@ type Config struct {
 	Interval time.Duration
 	// MinDead is the fewest dead rows that make a table worth vacuuming. Default MinDeadDefault.
 	MinDead int64
-	Logger  *slog.Logger
+	// Busy, when set, says the node's fires are waiting (a backlog to fire, or fires waiting
+	// for a worker): a pass then does nothing, and the dead rows wait for the next one. A
+	// VACUUM takes the cores a burst's fires need, and autovacuum or a later pass cleans the
+	// rows a burst leaves.
+	Busy   func() bool
+	Logger *slog.Logger
 }
 
 // Vacuumer vacuums the fire path's tables when they have many dead rows.
@@ -97,8 +102,12 @@ func (v *Vacuumer) Run(ctx context.Context) error {
 }
 
 // Pass vacuums the tables whose dead rows have reached half their live ones and MinDead, and
-// returns their names. It does nothing while another node of the database is vacuuming.
+// returns their names. It does nothing while another node of the database is vacuuming, or
+// while Busy says the node's fires are waiting.
 func (v *Vacuumer) Pass(ctx context.Context) ([]string, error) {
+	if v.cfg.Busy != nil && v.cfg.Busy() {
+		return nil, nil
+	}
 	conn, err := v.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
