@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agatesched/agate/internal/replay"
+	"github.com/agatesched/agate/internal/store"
 )
 
 // Defaults of the event log's upkeep.
@@ -118,16 +119,14 @@ func (e *Events) Pass(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("event log upkeep: %w", err)
 	}
 	defer conn.Release()
-	var mine bool
-	if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext('agate:event-log-upkeep'))`).Scan(&mine); err != nil {
+	release, mine, err := store.TryTurn(ctx, conn, "agate:event-log-upkeep")
+	if err != nil {
 		return nil, fmt.Errorf("event log upkeep: %w", err)
 	}
 	if !mine {
 		return nil, nil
 	}
-	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext('agate:event-log-upkeep'))`)
-	}()
+	defer release()
 	if e.cfg.SnapshotInterval > 0 {
 		var age *time.Duration
 		err := e.pool.QueryRow(ctx, `select now() - max(taken_at) from event_snapshots where sched_name = $1`,

@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/testsignal"
 )
 
@@ -41,8 +42,8 @@ const (
 // fired row, a one-shot trigger's job.
 var Tables = []string{"triggers", "fired_triggers", "job_details"}
 
-// lockKey is the advisory lock that keeps one vacuuming node a database: "agate vac" in ASCII.
-const lockKey int64 = 0x6167617465207661
+// LockName names the advisory lock that keeps one node of a database vacuuming (store.TryTurn).
+const LockName = "agate:vacuum"
 
 // Config configures a Vacuumer.
 type Config struct {
@@ -121,20 +122,11 @@ func (v *Vacuumer) Pass(ctx context.Context) ([]string, error) {
 	if len(v.tables) == 0 {
 		return nil, nil
 	}
-	var locked bool
-	if err := conn.QueryRow(ctx, `select pg_try_advisory_lock($1)`, lockKey).Scan(&locked); err != nil {
-		return nil, fmt.Errorf("taking the vacuum lock: %w", err)
+	release, mine, err := store.TryTurn(ctx, conn, LockName)
+	if err != nil || !mine {
+		return nil, err
 	}
-	if !locked {
-		return nil, nil
-	}
-	defer func() {
-		// A session lock outlives the pass unless it is given back; a connection that cannot
-		// say so is closed, which gives it back.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock($1)`, lockKey); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
+	defer release()
 	rows, err := conn.Query(ctx, `select relname from pg_stat_user_tables
 		where schemaname = current_schema() and relname = any($1) and n_dead_tup >= greatest($2, n_live_tup / 2)
 		order by relname`, v.tables, v.cfg.MinDead)
