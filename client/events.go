@@ -194,7 +194,8 @@ var errStreamClosed = errors.New("event stream closed")
 // is delivered. Events come in the order JetStream stored them, across the streams: a fire
 // before its outcome even when the worker's clock, which dates the outcome, is behind the
 // scheduler's. Events one transaction logged for different streams (a one-shot's JobFired and
-// the TriggerCompleted its fire logs) may come in either order. With Follow, new events come a
+// the TriggerCompleted its fire logs) may come in either order, and the job's outcome may come
+// before that TriggerCompleted too. With Follow, new events come a
 // quarter of a second after they are stored, held that long to be put in that order. An event
 // published again after JetStream's 2-minute duplicate window comes again, with its id.
 //
