@@ -201,8 +201,10 @@ func addNodeFlags(cmd *cobra.Command, o *options) {
 	bind("partitions-at-once", "AGATE_PARTITIONS_AT_ONCE")
 	f.IntVar(&o.node.Batch, "batch", node.BatchDefault, "most triggers acquired and fired in one transaction")
 	bind("batch", "AGATE_BATCH")
-	f.IntVar(&o.node.EventBatch, "event-batch", node.EventBatchDefault, "most events of the EVENTS stream published in one message (JobFired always goes alone); 1 publishes each alone, for readers of the EVENTS stream that do not read batches")
+	f.IntVar(&o.node.EventBatch, "event-batch", node.EventBatchDefault, "most events of the EVENTS stream published in one message; 1 publishes each alone, for readers of the EVENTS stream that do not read batches")
 	bind("event-batch", "AGATE_EVENT_BATCH")
+	f.IntVar(&o.node.FireBatch, "fire-batch", node.FireBatchDefault, "most JobFired of one transaction and job type published in one message (a batch, which one worker runs and acknowledges once all its fires ended); 1 publishes each alone, for workers that do not read batches")
+	bind("fire-batch", "AGATE_FIRE_BATCH")
 	f.DurationVar(&o.node.FireAhead, "fire-ahead", node.FireAheadDefault, "claim triggers this long before they are due")
 	bind("fire-ahead", "AGATE_FIRE_AHEAD")
 	f.DurationVar(&o.node.PollInterval, "poll-interval", node.PollIntervalDefault, "longest wait between acquire passes when nothing wakes the node")
@@ -251,6 +253,9 @@ func (o *options) nodeConfig() (node.Config, error) {
 	cfg.JobTypes = append(node.BuiltinJobTypes(), o.jobTypes...)
 	if cfg.EventBatch < 1 {
 		return cfg, fmt.Errorf("--event-batch %d: give at least 1 (1 publishes each event in a message of its own)", cfg.EventBatch)
+	}
+	if cfg.FireBatch < 1 {
+		return cfg, fmt.Errorf("--fire-batch %d: give at least 1 (1 publishes each JobFired in a message of its own)", cfg.FireBatch)
 	}
 	if cfg.EventRetention == 0 {
 		cfg.EventRetention = -1 // the flag's 0 keeps every event; the Config's 0 is the default

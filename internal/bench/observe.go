@@ -159,20 +159,14 @@ func (o *observer) handle(stream string, m jetstream.Msg) {
 		o.seq[stream], stored = md.Sequence.Stream, md.Timestamp
 	}
 	if strings.HasSuffix(stream, "_FIRED") {
-		var f events.JobFired
-		env, err := events.Decode(m.Data(), &f)
+		bodies, err := events.Bodies(m.Headers(), m.Data()) // a transaction's fires may share a message
 		if err != nil {
 			o.bad++
 			return
 		}
-		id := f.FireID.String()
-		if _, ok := o.fires[id]; ok {
-			return // the same fire published again (an outbox retry): not a second fire
+		for _, b := range bodies {
+			o.fired(b, stored)
 		}
-		key := fireKey(f.Trigger.Group, f.Trigger.Name, f.ScheduledTime)
-		o.fires[id] = &fireObs{key: key, node: env.Source[strings.LastIndexByte(env.Source, '/')+1:],
-			scheduled: f.ScheduledTime, fired: f.FiredTime, published: stored}
-		o.byKey[key] = append(o.byKey[key], id)
 		return
 	}
 	o.doneMsgs++
@@ -184,6 +178,24 @@ func (o *observer) handle(stream string, m jetstream.Msg) {
 	for _, b := range bodies {
 		o.done(b, stored)
 	}
+}
+
+// fired records one fire, body, that JetStream stored at stored.
+func (o *observer) fired(body []byte, stored time.Time) {
+	var f events.JobFired
+	env, err := events.Decode(body, &f)
+	if err != nil {
+		o.bad++
+		return
+	}
+	id := f.FireID.String()
+	if _, ok := o.fires[id]; ok {
+		return // the same fire published again (an outbox retry): not a second fire
+	}
+	key := fireKey(f.Trigger.Group, f.Trigger.Name, f.ScheduledTime)
+	o.fires[id] = &fireObs{key: key, node: env.Source[strings.LastIndexByte(env.Source, '/')+1:],
+		scheduled: f.ScheduledTime, fired: f.FiredTime, published: stored}
+	o.byKey[key] = append(o.byKey[key], id)
 }
 
 // done records one outcome, body, that JetStream stored at stored.

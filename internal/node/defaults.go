@@ -25,6 +25,7 @@ const (
 	EventRetentionDefault   = retention.EventRetentionDefault
 	SnapshotIntervalDefault = retention.SnapshotIntervalDefault
 	EventBatchDefault       = outbox.EventBatchDefault
+	FireBatchDefault        = outbox.FireBatchDefault
 	VacuumIntervalDefault   = vacuum.IntervalDefault
 
 	StreamReplicasDefault  = events.StreamReplicasDefault

@@ -59,7 +59,10 @@ type Config struct {
 	SweepDelay       time.Duration
 	// EventBatch is the most events of the EVENTS stream published in one message
 	// (outbox.Config.EventBatch); 1 publishes each alone. Default EventBatchDefault.
-	EventBatch      int
+	EventBatch int
+	// FireBatch is the most JobFired of one transaction and job type published in one message
+	// (outbox.Config.FireBatch); 1 publishes each alone. Default FireBatchDefault.
+	FireBatch       int
 	JobTypes        []string
 	MaxCommandBytes int
 	// Streams are the replicas and limits of the namespace's JetStream streams, applied at start
@@ -159,6 +162,9 @@ func (c Config) Validate() error {
 	if c.EventBatch < 0 {
 		return fmt.Errorf("event batch %d: give at least 1 (1 publishes each event in a message of its own)", c.EventBatch)
 	}
+	if c.FireBatch < 0 {
+		return fmt.Errorf("fire batch %d: give at least 1 (1 publishes each JobFired in a message of its own)", c.FireBatch)
+	}
 	if c.WorkerMaxDeliver < 0 || c.WorkerJobTimeout < 0 || c.AbandonGrace < 0 || c.HealEvery < 0 {
 		return fmt.Errorf("max-deliver, job-timeout and abandon-grace must be positive")
 	}
@@ -240,7 +246,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 	member := &store.Member{} // set by recovery when the node joins; acquire and fire read it
 	cfg.Health.joining(member)
 	ob := outbox.New(outbox.Config{Namespace: ns, InstanceID: cfg.InstanceID, SweepInterval: cfg.SweepInterval, SweepDelay: cfg.SweepDelay,
-		EventBatch: cfg.EventBatch, Logger: log}, pool, js)
+		EventBatch: cfg.EventBatch, FireBatch: cfg.FireBatch, Logger: log}, pool, js)
 	firer := fire.New(fire.Config{Namespace: ns, InstanceID: cfg.InstanceID, Logger: log, Now: cfg.Now})
 	queue := fire.NewQueue(fire.QueueConfig{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, MaxBatch: cfg.Batch,
 		Logger: log, Now: cfg.Now, Wake: wakeup, Member: member}, ob, firer)

@@ -52,15 +52,22 @@ type Config struct {
 	QueueLen int
 	// EventBatch is the most events of the EVENTS stream published in one message (a batch:
 	// docs/contract.md, "Batches of events"); 1 publishes each alone, for readers that do not
-	// read batches. JobFired always goes alone. Default EventBatchDefault.
+	// read batches. Default EventBatchDefault.
 	EventBatch int
-	Logger     *slog.Logger
+	// FireBatch is the most JobFired of one transaction and job type published in one message
+	// (docs/contract.md, "Batches of fires"); 1 publishes each alone, for workers that do not
+	// read batches. Default FireBatchDefault.
+	FireBatch int
+	Logger    *slog.Logger
 }
 
 // EventBatchDefault is Config.EventBatch's default. The bus's costs are per message more than
 // per byte, and the completion of a fire logs two events for EVENTS (TriggerCompleted,
 // JobDeleted), which a burst's completions now share with the other fires of their transaction.
 const EventBatchDefault = 100
+
+// FireBatchDefault is Config.FireBatch's default.
+const FireBatchDefault = 1
 
 // Outbox writes events to the log in the transaction of the change they describe and publishes
 // them to JetStream after commit.
@@ -79,8 +86,9 @@ type Outbox struct {
 	js    jetstream.JetStream
 	queue chan queued
 	pub   *published
-	// evtPrefix starts the subjects of the EVENTS stream, whose events go in batches.
-	evtPrefix string
+	// evtPrefix and firedPrefix start the subjects of the EVENTS and FIRED streams, whose events
+	// go in batches.
+	evtPrefix, firedPrefix string
 
 	TestSignals TestSignals
 }
@@ -99,9 +107,11 @@ func New(cfg Config, pool *pgxpool.Pool, js jetstream.JetStream) *Outbox {
 	cfg.SweepBatch = cmp.Or(cfg.SweepBatch, 1000)
 	cfg.QueueLen = cmp.Or(cfg.QueueLen, 1024)
 	cfg.EventBatch = cmp.Or(cfg.EventBatch, EventBatchDefault)
+	cfg.FireBatch = cmp.Or(cfg.FireBatch, FireBatchDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Outbox{cfg: cfg, pool: pool, js: js, queue: make(chan queued, cfg.QueueLen), pub: newPublished(),
-		evtPrefix: strings.TrimSuffix(events.Subjects(cfg.Namespace).All("evt"), ">")}
+		evtPrefix:   strings.TrimSuffix(events.Subjects(cfg.Namespace).All("evt"), ">"),
+		firedPrefix: strings.TrimSuffix(events.Subjects(cfg.Namespace).All("fired"), ">")}
 }
 
 // Tx is a transaction that records the events of the change it makes.
@@ -392,7 +402,7 @@ var tracer = telemetry.Tracer("outbox")
 // de-duplicated) each one. A transaction's events of the EVENTS stream go in batches
 // (events.Batches, at most EventBatch a message, in log order; never two transactions' in one),
 // so the sweep, publishing what a node did not, forms the batches that node did, under the same
-// ids; JobFired goes alone, a message a fire for the workers. An event with trace
+// ids; so do its JobFired for each job type, at most FireBatch a message. An event with trace
 // context gets an "agate.publish" span in its trace (a JobFired's: a child of its fire span),
 // from the publish to JetStream's acknowledgement; the message carries the event's own trace
 // context, not the publish span's, so that a consumer's span is a child of the step that made
@@ -402,20 +412,26 @@ func (o *Outbox) publish(ctx context.Context, txs ...[]events.Event) error {
 		return errors.New("no JetStream connection")
 	}
 	var msgs [][]events.Event
+	limit := events.BatchLimit(o.js.Conn())
 	for _, evs := range txs {
-		var batched []events.Event
+		var evt, fired []events.Event
 		for i, e := range evs {
 			switch {
 			case e.Topic == "":
 			case o.cfg.EventBatch > 1 && strings.HasPrefix(e.Topic, o.evtPrefix):
-				batched = append(batched, e)
+				evt = append(evt, e)
+			case o.cfg.FireBatch > 1 && strings.HasPrefix(e.Topic, o.firedPrefix):
+				fired = append(fired, e)
 			default:
 				msgs = append(msgs, evs[i:i+1])
 			}
 		}
-		if len(batched) > 0 {
-			msgs = append(msgs, events.Batches(batched, func(e events.Event) events.Event { return e }, o.cfg.EventBatch,
-				events.BatchLimit(o.js.Conn()))...)
+		self := func(e events.Event) events.Event { return e }
+		if len(evt) > 0 {
+			msgs = append(msgs, events.Batches(evt, self, o.cfg.EventBatch, limit)...)
+		}
+		if len(fired) > 0 {
+			msgs = append(msgs, events.Batches(fired, self, o.cfg.FireBatch, limit)...)
 		}
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))

@@ -55,12 +55,12 @@ func appendOne(t *testing.T, ctx context.Context, tx pgx.Tx, ns, name string) ev
 	return ev
 }
 
-// streamCount is how many messages the namespace's EVENTS stream holds, and how many events
-// they hold (a message may be a batch).
-func streamCount(t *testing.T, js jetstream.JetStream, ns string) (msgs, evs uint64) {
+// streamCount is how many messages stream holds, and how many events they hold (a message may be
+// a batch).
+func streamCount(t *testing.T, js jetstream.JetStream, stream string) (msgs, evs uint64) {
 	t.Helper()
 	ctx := t.Context()
-	s, err := js.Stream(ctx, events.StreamEvents(ns))
+	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func streamCount(t *testing.T, js jetstream.JetStream, ns string) (msgs, evs uin
 	if msgs == 0 {
 		return 0, 0
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents(ns), jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func streamCount(t *testing.T, js jetstream.JetStream, ns string) (msgs, evs uin
 // streamEvents is how many events the namespace's EVENTS stream holds.
 func streamEvents(t *testing.T, js jetstream.JetStream, ns string) uint64 {
 	t.Helper()
-	_, evs := streamCount(t, js, ns)
+	_, evs := streamCount(t, js, events.StreamEvents(ns))
 	return evs
 }
 
@@ -202,18 +202,19 @@ func TestInTxLogsAndPublishesAfterCommit(t *testing.T) {
 	}
 }
 
-// A transaction's events of the EVENTS stream go in batches, by subject and at most
-// EventBatch a message, with JobFired alone; the sweep, publishing the same transaction again
-// (its node never vouched for it), forms the same batches under the same ids, and JetStream
-// drops the copies. With EventBatch 1 every event goes alone.
+// A transaction's events go in batches, by subject: at most EventBatch a message for the
+// EVENTS stream and FireBatch for FIRED; the sweep, publishing the same transaction again (its
+// node never vouched for it), forms the same batches under the same ids, and JetStream drops the
+// copies. With batches of 1 every event goes alone.
 func TestEventsOfATransactionShareMessages(t *testing.T) {
 	for _, tc := range []struct {
-		batch, msgs int
-	}{{batch: 2, msgs: 4}, {batch: 1, msgs: 6}} {
-		t.Run(fmt.Sprintf("EventBatch=%d", tc.batch), func(t *testing.T) {
+		batch, evtMsgs, firedMsgs int
+	}{{batch: 2, evtMsgs: 3, firedMsgs: 3}, {batch: 1, evtMsgs: 5, firedMsgs: 4}} {
+		t.Run(fmt.Sprintf("batch=%d", tc.batch), func(t *testing.T) {
 			pool, js, ns := setup(t)
 			ctx := t.Context()
-			ob := New(Config{Namespace: ns, InstanceID: "n1", SweepInterval: time.Hour, EventBatch: tc.batch}, pool, js)
+			cfg := Config{Namespace: ns, InstanceID: "n1", SweepInterval: time.Hour, EventBatch: tc.batch, FireBatch: tc.batch}
+			ob := New(cfg, pool, js)
 			ob.TestSignals.Published.Init()
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan error)
@@ -222,8 +223,8 @@ func TestEventsOfATransactionShareMessages(t *testing.T) {
 
 			subj := events.Subjects(ns)
 			var evs []events.Event
-			for i, topic := range []string{subj.Evt("trigger"), subj.Evt("job"), subj.Evt("trigger"), subj.Fired("noop"),
-				subj.Evt("trigger"), subj.Evt("job")} {
+			for i, topic := range []string{subj.Evt("trigger"), subj.Evt("job"), subj.Fired("noop"), subj.Evt("trigger"),
+				subj.Fired("noop"), subj.Fired("http"), subj.Evt("trigger"), subj.Fired("noop"), subj.Evt("job")} {
 				ev, err := events.New(events.TypeTriggerScheduled, events.Source(ns, "n1"), events.AggregateTrigger,
 					fmt.Sprintf("g.t%d", i), topic, time.Now(), nil)
 				if err != nil {
@@ -237,18 +238,23 @@ func TestEventsOfATransactionShareMessages(t *testing.T) {
 			if n := ob.TestSignals.Published.Wait(t); n != len(evs) {
 				t.Fatalf("published %d events, want %d", n, len(evs))
 			}
-			// The fired event is in FIRED; trigger events 0, 2 | 4 and job events 1, 5 in EVENTS.
-			wantMsgs := uint64(tc.msgs - 1)
-			if msgs, n := streamCount(t, js, ns); msgs != wantMsgs || n != 5 {
-				t.Fatalf("EVENTS holds %d events in %d messages, want 5 in %d", n, msgs, wantMsgs)
+			// EVENTS: trigger events 0, 3 | 6 and job events 1, 8; FIRED: noop fires 2, 4 | 7 and
+			// the http fire 5.
+			check := func(when string) {
+				t.Helper()
+				if msgs, n := streamCount(t, js, events.StreamEvents(ns)); msgs != uint64(tc.evtMsgs) || n != 5 {
+					t.Fatalf("%s EVENTS holds %d events in %d messages, want 5 in %d", when, n, msgs, tc.evtMsgs)
+				}
+				if msgs, n := streamCount(t, js, events.StreamFired(ns)); msgs != uint64(tc.firedMsgs) || n != 4 {
+					t.Fatalf("%s FIRED holds %d events in %d messages, want 4 in %d", when, n, msgs, tc.firedMsgs)
+				}
 			}
-			relay := New(Config{Namespace: ns, SweepDelay: time.Nanosecond, EventBatch: tc.batch}, pool, js)
+			check("published by the node,")
+			relay := New(Config{Namespace: ns, SweepDelay: time.Nanosecond, EventBatch: tc.batch, FireBatch: tc.batch}, pool, js)
 			if n, err := relay.SweepOnce(ctx); err != nil || n != len(evs) {
 				t.Fatalf("swept %d events (err %v), want the %d nobody vouched for", n, err, len(evs))
 			}
-			if msgs, n := streamCount(t, js, ns); msgs != wantMsgs || n != 5 {
-				t.Fatalf("after the sweep EVENTS holds %d events in %d messages, want the same 5 in %d", n, msgs, wantMsgs)
-			}
+			check("after the sweep")
 		})
 	}
 }

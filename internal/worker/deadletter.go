@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -79,23 +80,44 @@ func (w *Worker) deadLetters(ctx context.Context, stream jetstream.Stream, sub *
 	}
 }
 
-// deadLetter publishes the final JobFailed of the fire stored at adv.StreamSeq.
+// deadLetter publishes the final JobFailed of each fire of the message stored at adv.StreamSeq
+// (one, or a batch: a fire of it that had ended already ends once, the scheduler ignoring the
+// second outcome).
 func (w *Worker) deadLetter(ctx context.Context, stream jetstream.Stream, adv maxDeliveriesAdvisory) error {
 	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
 	if err != nil {
 		return fmt.Errorf("reading JobFired at sequence %d of %s: %w", adv.StreamSeq, adv.Stream, err)
 	}
 	typ := strings.TrimPrefix(raw.Subject, w.subjects.Fired(""))
-	var fired events.JobFired
-	env, err := events.Decode(raw.Data, &fired)
-	if err == nil {
-		err = checkFired(env, fired, typ)
-	}
+	bodies, err := events.Bodies(raw.Header, raw.Data)
 	if err != nil {
-		return fmt.Errorf("JobFired at sequence %d is malformed: %w", adv.StreamSeq, err)
+		return fmt.Errorf("JobFired message at sequence %d is malformed: %w", adv.StreamSeq, err)
 	}
+	var errs []error
+	for _, body := range bodies {
+		var fired events.JobFired
+		env, err := events.Decode(body, &fired)
+		if err == nil {
+			err = checkFired(env, fired, typ)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("JobFired at sequence %d is malformed: %w", adv.StreamSeq, err))
+			continue
+		}
+		parent := telemetry.FromHeader(ctx, raw.Header)
+		if env.TraceParent != "" {
+			parent = telemetry.WithTraceParent(ctx, env.TraceParent)
+		}
+		if err := w.deadLetterFire(parent, typ, fired, adv.Deliveries); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
 
-	parent := telemetry.FromHeader(ctx, raw.Header)
+// deadLetterFire publishes the final JobFailed of one fire that ran out of deliveries; parent
+// carries its trace context.
+func (w *Worker) deadLetterFire(parent context.Context, typ string, fired events.JobFired, deliveries int) error {
 	ctx, span := w.tracer.Start(parent, "agate.job.dead_letter",
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
@@ -103,25 +125,25 @@ func (w *Worker) deadLetter(ctx context.Context, stream jetstream.Stream, adv ma
 			attribute.String("agate.fire_id", fired.FireID.String()),
 			attribute.String("agate.job", fired.Job.Key().String()),
 			attribute.String("agate.job.type", typ),
-			attribute.Int("agate.attempt", adv.Deliveries),
+			attribute.Int("agate.attempt", deliveries),
 		))
 	defer span.End()
 	if !span.SpanContext().IsValid() {
 		ctx = parent
 	}
 	msg := fmt.Sprintf("no worker finished the job in %d deliveries (the last worker stopped heartbeating or could not publish the outcome)",
-		adv.Deliveries)
+		deliveries)
 	span.SetStatus(codes.Error, msg)
 	now := time.Now().UTC()
 	result := events.JobResult{
 		FireID: fired.FireID, Job: fired.Job, Trigger: fired.Trigger, ScheduledTime: fired.ScheduledTime,
-		Worker: w.cfg.InstanceID, StartedTime: now, FinishedTime: now, Attempt: adv.Deliveries,
+		Worker: w.cfg.InstanceID, StartedTime: now, FinishedTime: now, Attempt: deliveries,
 		TriggerState: fired.TriggerState, Error: &events.JobError{Message: msg, Retryable: true, Final: true},
 	}
 	if err := w.publish(ctx, typ, fired.Job.Key().String(), now, result); err != nil {
 		return err
 	}
 	w.log.WarnContext(ctx, "job failed", "job", fired.Job.Key().String(), "type", typ, "fire_id", fired.FireID,
-		"attempt", adv.Deliveries, "final", true, "retryable", true, "error", msg)
+		"attempt", deliveries, "final", true, "retryable", true, "error", msg)
 	return nil
 }

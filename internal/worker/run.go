@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -23,43 +24,162 @@ import (
 )
 
 // handle takes one JobFired message from receipt to ack (or nak, or term). The message is
-// heartbeated the whole time this worker holds it, including while it waits for a run slot.
-// ctx ends when the worker stops fetching; jobCtx only after the drain timeout.
+// heartbeated the whole time this worker holds it, including while its fires wait for run slots.
+// A message may hold several fires (a batch: docs/contract.md, "Batches of fires"): each runs
+// as a fire of its own, on a share of the message, which is settled once every fire in it has
+// ended (share). ctx ends when the worker stops fetching; jobCtx only after the drain timeout.
 func (w *Worker) handle(ctx, jobCtx context.Context, typ string, msg jetstream.Msg) {
 	stopHeartbeat := w.heartbeat(msg)
 	defer stopHeartbeat()
 
-	attempt := 1
+	deliveries := 1
 	if meta, err := msg.Metadata(); err == nil {
-		attempt = int(meta.NumDelivered)
+		deliveries = int(meta.NumDelivered)
 	}
+	bodies, err := events.Bodies(msg.Headers(), msg.Data())
+	if err != nil {
+		w.terminate(ctx, msg, msg.Subject(), deliveries, err)
+		return
+	}
+	if len(bodies) == 1 {
+		w.fire(ctx, jobCtx, typ, msg, msg.Headers(), bodies[0], deliveries)
+		return
+	}
+	st := newShared(msg, len(bodies))
+	var wg sync.WaitGroup
+	for _, body := range bodies[1:] {
+		wg.Go(func() { w.fire(ctx, jobCtx, typ, share{st}, nil, body, deliveries) })
+	}
+	w.fire(ctx, jobCtx, typ, share{st}, nil, bodies[0], deliveries)
+	wg.Wait()
+}
+
+// terminate ends a message that cannot be read: it will not become readable, so JetStream should
+// not redeliver it MaxDeliver times. Its content is not logged (it may hold secrets).
+func (w *Worker) terminate(ctx context.Context, s settler, subject string, deliveries int, err error) {
+	if _, ok := s.(share); ok {
+		w.log.ErrorContext(ctx, "dropping a malformed JobFired of a batch; its other fires run", "subject", subject,
+			"attempt", deliveries, "error", err)
+		_ = s.TermWithReason("")
+		return
+	}
+	w.log.ErrorContext(ctx, "terminating malformed JobFired message", "subject", subject, "attempt", deliveries, "error", err)
+	if err := s.TermWithReason("malformed JobFired: " + err.Error()); err != nil {
+		w.log.WarnContext(ctx, "terminating malformed message failed; JetStream will redeliver it",
+			"subject", subject, "error", err)
+	}
+}
+
+// fire runs one fire, body, of a message that JetStream delivered for the deliveries-th time,
+// and settles s, the message or the fire's share of it. h is the message's headers, nil for a
+// fire of a batch (each element carries its own trace context). A retryable failure of a fire
+// that has the message to itself naks it with a delay, for any worker to run again; one that
+// shares its message runs again here after the delay (at attempt deliveries+1, +2, ...): a nak
+// would run its batch-mates again too.
+func (w *Worker) fire(ctx, jobCtx context.Context, typ string, s settler, h nats.Header, body []byte, deliveries int) {
 	var fired events.JobFired
-	env, err := events.Decode(msg.Data(), &fired)
+	env, err := events.Decode(body, &fired)
 	if err == nil {
 		err = checkFired(env, fired, typ)
 	}
 	if err != nil {
-		// A message that cannot be read will not become readable: terminate it rather than let
-		// JetStream redeliver it MaxDeliver times. Its content is not logged (it may hold secrets).
-		w.log.ErrorContext(ctx, "terminating malformed JobFired message", "subject", msg.Subject(),
-			"attempt", attempt, "error", err)
-		if err := msg.TermWithReason("malformed JobFired: " + err.Error()); err != nil {
-			w.log.WarnContext(ctx, "terminating malformed message failed; JetStream will redeliver it",
-				"subject", msg.Subject(), "error", err)
+		w.terminate(ctx, s, w.subjects.Fired(typ), deliveries, err)
+		return
+	}
+	parent := telemetry.FromHeader(jobCtx, h)
+	if env.TraceParent != "" {
+		parent = telemetry.WithTraceParent(jobCtx, env.TraceParent)
+	}
+	// A fire that has its message to itself is given back when the worker stops before it starts
+	// (now rather than after AckWait). One that shares it is run until the drain timeout: given
+	// back, its batch-mates that ended would run again.
+	_, shared := s.(share)
+	stop := ctx
+	if shared {
+		stop = jobCtx
+	}
+	for attempt := deliveries; ; attempt++ {
+		select {
+		case w.slots <- struct{}{}:
+		case <-stop.Done():
+			_ = s.Nak()
+			return
 		}
-		return
+		retryIn := w.run(jobCtx, parent, typ, s, fired, attempt, !shared)
+		<-w.slots
+		if retryIn == 0 {
+			return
+		}
+		t := time.NewTimer(retryIn)
+		select {
+		case <-t.C:
+		case <-stop.Done():
+			t.Stop()
+			w.log.WarnContext(ctx, "worker stopped while a job waited to be retried; its batch of fires will be delivered again",
+				"fire_id", fired.FireID, "type", typ)
+			_ = s.Nak()
+			return
+		}
 	}
-
-	select {
-	case w.slots <- struct{}{}:
-	case <-ctx.Done():
-		// Stopping before the job started: give it back now rather than after AckWait.
-		_ = msg.Nak()
-		return
-	}
-	defer func() { <-w.slots }()
-	w.run(jobCtx, typ, msg, fired, attempt)
 }
+
+// settler settles a delivery: a jetstream.Msg, or a fire's share of one (share).
+type settler interface {
+	Ack() error
+	Nak() error
+	NakWithDelay(delay time.Duration) error
+	TermWithReason(reason string) error
+}
+
+// shared is what the fires of one message settle together.
+type shared struct {
+	msg   jetstream.Msg
+	left  atomic.Int32
+	nak   atomic.Bool
+	delay atomic.Int64 // the longest delay asked for a redelivery, in nanoseconds
+}
+
+func newShared(msg jetstream.Msg, n int) *shared {
+	st := &shared{msg: msg}
+	st.left.Store(int32(n))
+	return st
+}
+
+// share is one fire's share of a message holding several: the message is acknowledged once every
+// fire in it ended, and handed back for redelivery when any could not (its outcome could not be
+// published, or the worker stopped before it ended). A malformed fire ends as it is read.
+type share struct{ st *shared }
+
+// settle records one fire's end: done (nak false), or to be delivered again after delay. The last
+// share to settle acknowledges the message or hands it back.
+func (s share) settle(nak bool, delay time.Duration) error {
+	st := s.st
+	if nak {
+		for {
+			d := st.delay.Load()
+			if int64(delay) <= d || st.delay.CompareAndSwap(d, int64(delay)) {
+				break
+			}
+		}
+		st.nak.Store(true)
+	}
+	if st.left.Add(-1) > 0 {
+		return nil
+	}
+	switch d := time.Duration(st.delay.Load()); {
+	case !st.nak.Load():
+		return st.msg.Ack()
+	case d > 0:
+		return st.msg.NakWithDelay(d)
+	default:
+		return st.msg.Nak()
+	}
+}
+
+func (s share) Ack() error                             { return s.settle(false, 0) }
+func (s share) Nak() error                             { return s.settle(true, 0) }
+func (s share) NakWithDelay(delay time.Duration) error { return s.settle(true, delay) }
+func (s share) TermWithReason(string) error            { return s.settle(false, 0) }
 
 // checkFired rejects events that decode but cannot be run.
 func checkFired(env events.Envelope, fired events.JobFired, typ string) error {
@@ -105,13 +225,15 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 	}
 }
 
-// run executes the handler and settles the message: publish the outcome, then ack or nak.
-func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fired events.JobFired, attempt int) {
+// run executes the handler once, as attempt, and publishes its outcome; then it settles s (ack
+// or nak) and returns 0, or, after a retryable failure with attempts left when !nak, leaves s
+// unsettled and returns the delay before the next attempt. parent carries the fire's trace
+// context.
+func (w *Worker) run(jobCtx, parent context.Context, typ string, s settler, fired events.JobFired, attempt int, nak bool) (retryIn time.Duration) {
 	key := fired.Job.Key().String()
-	parent := telemetry.FromHeader(jobCtx, msg.Headers())
 	ctx, span := w.tracer.Start(parent, "agate.job.run", trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
-		span.SetAttributes(telemetry.Messaging(telemetry.OpProcess, msg.Subject())...)
+		span.SetAttributes(telemetry.Messaging(telemetry.OpProcess, w.subjects.Fired(typ))...)
 		span.SetAttributes(
 			attribute.String("agate.namespace", w.cfg.Namespace),
 			attribute.String("agate.fire_id", fired.FireID.String()),
@@ -166,8 +288,8 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 		w.metrics.finished(ctx, typ, outcomeCancelled, finished.Sub(started))
 		span.SetStatus(codes.Error, "worker stopped before the job finished")
 		log.WarnContext(ctx, "job cancelled by shutdown; it will be redelivered", "duration", finished.Sub(started))
-		_ = msg.Nak()
-		return
+		_ = s.Nak()
+		return 0
 	}
 
 	result := events.JobResult{
@@ -202,10 +324,10 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 		log.WarnContext(ctx, "publishing the job's outcome failed; the fire will be redelivered",
 			"outcome", evType, "retry_in", delay, "error", perr)
 		span.RecordError(perr)
-		if err := msg.NakWithDelay(delay); err != nil {
+		if err := s.NakWithDelay(delay); err != nil {
 			log.WarnContext(ctx, "nak failed; JetStream will redeliver after AckWait", "error", err)
 		}
-		return
+		return 0
 	}
 
 	attrs := []any{"duration", finished.Sub(started)}
@@ -217,14 +339,18 @@ func (w *Worker) run(jobCtx context.Context, typ string, msg jetstream.Msg, fire
 	default:
 		delay := w.backoff(attempt)
 		log.WarnContext(ctx, "job failed; will retry", append(attrs, "final", false, "retryable", true, "retry_in", delay, "error", err)...)
-		if err := msg.NakWithDelay(delay); err != nil {
+		if !nak {
+			return delay
+		}
+		if err := s.NakWithDelay(delay); err != nil {
 			log.WarnContext(ctx, "nak failed; JetStream will redeliver after AckWait", "error", err)
 		}
-		return
+		return 0
 	}
-	if err := msg.Ack(); err != nil {
+	if err := s.Ack(); err != nil {
 		log.WarnContext(ctx, "ack failed after the outcome was published; the fire may run again", "error", err)
 	}
+	return 0
 }
 
 // maxErrorMessage bounds the error message carried by a JobFailed event, so a handler returning

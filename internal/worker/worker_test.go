@@ -149,6 +149,28 @@ func (e *env) waitConsumers(reg *worker.Registry) {
 // fire publishes a JobFired for a job of type typ, with a traceparent, and returns it.
 func (e *env) fire(typ string, data string, timeout string) events.JobFired {
 	e.t.Helper()
+	f, ev := e.jobFired(typ, data, timeout)
+	msg, err := events.Message(ev)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.publish(msg)
+	return f
+}
+
+// publish stores msg in the namespace's FIRED stream.
+func (e *env) publish(msg *nats.Msg) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
+		e.t.Fatalf("publish JobFired: %v", err)
+	}
+}
+
+// jobFired makes a JobFired for a job of type typ, with a traceparent, and its event.
+func (e *env) jobFired(typ string, data string, timeout string) (events.JobFired, events.Event) {
+	e.t.Helper()
 	f := events.JobFired{
 		FireID:        uuid.Must(uuid.NewV7()),
 		Job:           events.JobRef{Group: "g", Name: "job-" + typ, Type: typ},
@@ -165,16 +187,7 @@ func (e *env) fire(typ string, data string, timeout string) events.JobFired {
 		e.t.Fatal(err)
 	}
 	ev.TraceParent = testTraceParent
-	msg, err := events.Message(ev)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
-		e.t.Fatalf("publish JobFired: %v", err)
-	}
-	return f
+	return f, ev
 }
 
 const testTraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

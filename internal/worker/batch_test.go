@@ -1,0 +1,167 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/worker"
+)
+
+// fireBatch publishes n JobFired for jobs of type typ in one message, as a scheduler node does
+// with --fire-batch (docs/contract.md, "Batches of fires"), and returns them.
+func (e *env) fireBatch(typ string, n int) []events.JobFired {
+	e.t.Helper()
+	fs := make([]events.JobFired, n)
+	evs := make([]events.Event, n)
+	for i := range n {
+		fs[i], evs[i] = e.jobFired(typ, `{}`, "")
+	}
+	msg, err := events.BatchMessage(events.BatchID(evs), evs)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.publish(msg)
+	return fs
+}
+
+// runs counts a handler's runs by fire and attempt.
+type runs struct {
+	mu sync.Mutex
+	by map[uuid.UUID][]int // the attempts each fire ran as, in order
+}
+
+func (r *runs) add(job worker.Job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[uuid.UUID][]int{}
+	}
+	r.by[job.FireID] = append(r.by[job.FireID], job.Attempt)
+}
+
+func (r *runs) of(id uuid.UUID) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.by[id]
+}
+
+func TestFiresOfABatchEachRunOnceAndTheMessageIsAcked(t *testing.T) {
+	e := newEnv(t)
+	var ran runs
+	reg := worker.NewRegistry()
+	reg.Register("echo", func(ctx context.Context, job worker.Job) error {
+		ran.add(job)
+		return nil
+	})
+	e.startWorker(e.js, e.testConfig("w1"), reg)
+	outcomes := e.watchDone()
+
+	fs := e.fireBatch("echo", 7) // more than the worker's 4 run slots: some wait for one
+	want := map[uuid.UUID]bool{}
+	for _, f := range fs {
+		want[f.FireID] = true
+	}
+	for range fs {
+		o := next(t, outcomes)
+		if o.typ != events.TypeJobCompleted || !want[o.res.FireID] || o.res.Attempt != 1 {
+			t.Fatalf("outcome %s %+v; want JobCompleted at attempt 1 of a fire of the batch, each once", o.typ, o.res)
+		}
+		if tid := strings.Split(testTraceParent, "-")[1]; !strings.Contains(o.traceParent, tid) {
+			t.Errorf("completion traceparent %q is not in the fire's trace %s", o.traceParent, tid)
+		}
+		delete(want, o.res.FireID)
+	}
+	info := e.waitSettled("echo")
+	if info.Delivered.Consumer != 1 {
+		t.Errorf("the consumer delivered %d messages, want the batch once", info.Delivered.Consumer)
+	}
+	for _, f := range fs {
+		if got := ran.of(f.FireID); len(got) != 1 {
+			t.Errorf("fire %s ran as attempts %v, want once", f.FireID, got)
+		}
+	}
+}
+
+// A retryable failure of one fire of a batch runs that fire again, not its batch-mates: the
+// message is acknowledged once the retried fire ended.
+func TestARetryInABatchRunsThatFireAloneAgain(t *testing.T) {
+	e := newEnv(t)
+	var ran runs
+	var flaky uuid.UUID
+	var once sync.Once
+	reg := worker.NewRegistry()
+	reg.Register("mixed", func(ctx context.Context, job worker.Job) error {
+		ran.add(job)
+		failed := false
+		once.Do(func() { flaky, failed = job.FireID, true })
+		if failed || (job.FireID == flaky && job.Attempt < 3) {
+			return errors.New("downstream unavailable")
+		}
+		return nil
+	})
+	cfg := e.testConfig("w1")
+	e.startWorker(e.js, cfg, reg)
+	outcomes := e.watchDone()
+
+	fs := e.fireBatch("mixed", 3)
+	var completed, failed int
+	for completed < len(fs) {
+		o := next(t, outcomes)
+		switch {
+		case o.typ == events.TypeJobCompleted:
+			completed++
+		case o.typ == events.TypeJobFailed && o.res.Error != nil && !o.res.Error.Final && o.res.FireID == flaky:
+			failed++
+			if o.res.Attempt != failed {
+				t.Errorf("failure %d of the flaky fire reported attempt %d", failed, o.res.Attempt)
+			}
+		default:
+			t.Fatalf("outcome %s %+v error %+v; want completions and the flaky fire's non-final failures", o.typ, o.res, o.res.Error)
+		}
+	}
+	e.waitSettled("mixed")
+	if failed != 2 {
+		t.Errorf("the flaky fire failed %d times, want 2", failed)
+	}
+	for _, f := range fs {
+		want := []int{1}
+		if f.FireID == flaky {
+			want = []int{1, 2, 3}
+		}
+		if got := ran.of(f.FireID); !slices.Equal(got, want) {
+			t.Errorf("fire %s ran as attempts %v, want %v", f.FireID, got, want)
+		}
+	}
+}
+
+func TestAMalformedFireOfABatchIsDroppedAndTheOthersRun(t *testing.T) {
+	e := newEnv(t)
+	reg := worker.NewRegistry()
+	reg.Register("ok", func(ctx context.Context, job worker.Job) error { return nil })
+	e.startWorker(e.js, e.testConfig("w1"), reg)
+	outcomes := e.watchDone()
+
+	good, ev := e.jobFired("ok", `{}`, "")
+	bad, badEv := e.jobFired("ok", `{}`, "")
+	badEv.Data = []byte(`{"fireId":"` + bad.FireID.String() + `","job":{"group":"g","name":"n","type":"other"}}`)
+	msg, err := events.BatchMessage(events.BatchID([]events.Event{badEv, ev}), []events.Event{badEv, ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(msg)
+	o := next(t, outcomes)
+	if o.typ != events.TypeJobCompleted || o.res.FireID != good.FireID {
+		t.Fatalf("outcome = %s %+v; want the valid fire completed", o.typ, o.res)
+	}
+	e.waitSettled("ok") // acknowledged, not redelivered
+	if n := e.doneCount(); n != 1 {
+		t.Errorf("DONE stream holds %d outcomes, want 1", n)
+	}
+}
