@@ -88,12 +88,14 @@ func For(ns string, role Role) (Permissions, error) {
 	case Worker:
 		// Publishes outcomes and announces itself; looks the FIRED and DONE streams up (a scheduler creates them);
 		// creates and updates its durables on FIRED, each filtered on one job type's subject;
-		// pulls and settles fires; reads a dead-lettered fire back by sequence.
+		// pulls and settles fires; reads a dead-lettered fire back by sequence; asks which fires
+		// of a batch delivered again still run (the executing query, read-only).
 		fired := events.StreamFired(ns)
 		return Permissions{
 			Publish: []string{
 				s.All("done"),
 				s.WorkerPresence(),
+				s.API("executing"),
 				"$JS.API.STREAM.INFO." + fired,
 				"$JS.API.STREAM.INFO." + events.StreamDone(ns),
 				"$JS.API.STREAM.MSG.GET." + fired,

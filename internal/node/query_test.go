@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -403,6 +404,22 @@ func TestQueries(t *testing.T) {
 					t.Errorf("executions %s; want []", mustJSON(t, got))
 				}
 			}},
+		})
+		// By fire ids: a worker given a batch of fires again asks which still run.
+		running := result[query.Executions](t, e.ask(t, "executing", map[string]any{})).Executions[0].FireID
+		ended := uuid.NewString()
+		count := func(want int) func(t *testing.T, r reply) {
+			return func(t *testing.T, r reply) {
+				if got := result[query.Executions](t, r).Executions; len(got) != want {
+					t.Errorf("executions %s; want %d", mustJSON(t, got), want)
+				}
+			}
+		}
+		e.runCases(t, "executing", []queryCase{
+			{name: "by fire ids", body: map[string]any{"fireIds": []string{ended, running}}, check: count(1)},
+			{name: "by ended fire ids", body: map[string]any{"fireIds": []string{ended}}, check: count(0)},
+			{name: "fire ids not uuids", body: map[string]any{"fireIds": []string{"x"}}, code: "invalid_argument", field: "fireIds[0]"},
+			{name: "no fire ids", body: map[string]any{"fireIds": []string{}}, code: "invalid_argument", field: "fireIds"},
 		})
 		// Paging: a second execution, by a copy of the first fired row under another fire id.
 		e.exec(`insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,

@@ -100,13 +100,15 @@ order by seq desc
 limit $6;
 
 -- name: Executing
--- Executions in flight, longest running first. Filter: job ($2, $3). Cursor: after ($4, $5).
+-- Executions in flight, longest running first. Filters: job ($2, $3), fire ids ($7). Cursor:
+-- after ($4, $5).
 select f.entry_id, f.job_group, f.job_name, coalesce(j.job_type, ''), f.trigger_group, f.trigger_name,
        f.instance_id, f.sched_time, f.fired_time, f.nonconcurrent, f.requests_recovery, f.recovering
 from fired_triggers f
 left join job_details j on j.sched_name = f.sched_name and j.job_group = f.job_group and j.job_name = f.job_name
 where f.sched_name = $1 and f.state = 'EXECUTING'
   and ($2::text is null or (f.job_group = $2 and f.job_name = $3))
+  and ($7::uuid[] is null or f.entry_id = any($7))
   and ($4::timestamptz is null or (f.fired_time, f.entry_id) > ($4, $5::uuid))
 order by f.fired_time, f.entry_id
 limit $6;

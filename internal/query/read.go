@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agatesched/agate/internal/apierr"
@@ -345,7 +346,8 @@ func (h *Handler) history(ctx context.Context, req *history) (any, error) {
 }
 
 type executing struct {
-	Job *Key `json:"job"`
+	Job     *Key        `json:"job"`
+	FireIDs []uuid.UUID `json:"fireIds"`
 	Page
 }
 
@@ -390,7 +392,8 @@ func (h *Handler) executing(ctx context.Context, req *executing) (any, error) {
 		jg, jn = &req.Job.Group, &req.Job.Name
 	}
 	n := req.limit(DefaultLimit)
-	rows, _ := h.pool.Query(ctx, queries.Get("Executing"), h.cfg.Namespace, jg, jn, afterTime, afterID, n+1)
+	// A nil FireIDs is NULL: every fire.
+	rows, _ := h.pool.Query(ctx, queries.Get("Executing"), h.cfg.Namespace, jg, jn, afterTime, afterID, n+1, req.FireIDs)
 	execs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Execution, error) {
 		var x Execution
 		err := r.Scan(&x.FireID, &x.Job.Group, &x.Job.Name, &x.Job.Type, &x.Trigger.Group, &x.Trigger.Name, &x.Instance,

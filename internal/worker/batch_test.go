@@ -2,13 +2,17 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/worker"
@@ -164,4 +168,144 @@ func TestAMalformedFireOfABatchIsDroppedAndTheOthersRun(t *testing.T) {
 	if n := e.doneCount(); n != 1 {
 		t.Errorf("DONE stream holds %d outcomes, want 1", n)
 	}
+}
+
+// A batch is delivered again whole when its worker dies before every fire in it ended. The
+// worker it goes to asks the scheduler which of its fires still run (the executing query) and
+// runs those alone; when no scheduler answers, it runs them all.
+func TestABatchDeliveredAgainRunsTheFiresThatHadNotEnded(t *testing.T) {
+	for _, answered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("scheduler answers=%v", answered), func(t *testing.T) {
+			e := newEnv(t)
+			fs := make([]events.JobFired, 3)
+			evs := make([]events.Event, 3)
+			for i := range fs {
+				fs[i], evs[i] = e.jobFired("work", `{}`, "")
+			}
+			stuck := fs[2].FireID
+			asked := make(chan []uuid.UUID, 1)
+			if answered {
+				// The scheduler's answer: of the fires asked about, the stuck one is still executing.
+				sub, err := e.nc.Subscribe(events.Subjects(e.ns).API("executing"), func(m *nats.Msg) {
+					var q struct {
+						FireIDs []uuid.UUID `json:"fireIds"`
+					}
+					if err := json.Unmarshal(m.Data, &q); err != nil {
+						t.Errorf("executing query %s: %v", m.Data, err)
+					}
+					asked <- q.FireIDs
+					_ = m.Respond([]byte(`{"ok":true,"query":"executing","result":{"executions":[{"fireId":"` + stuck.String() + `"}]}}`))
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = sub.Unsubscribe() }()
+			}
+
+			started, release := make(chan struct{}), make(chan struct{})
+			regA := worker.NewRegistry()
+			regA.Register("work", func(ctx context.Context, job worker.Job) error {
+				if job.FireID == stuck {
+					close(started)
+					<-release // stuck until the test lets go, well after its connection died
+				}
+				return nil
+			})
+			ncA, jsA := connect(t, e.url)
+			e.startWorker(jsA, e.testConfig("worker-a"), regA)
+			outcomes := e.watchDone()
+			msg, err := events.BatchMessage(events.BatchID(evs), evs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.publish(msg)
+			for range 2 {
+				if o := next(t, outcomes); o.typ != events.TypeJobCompleted || o.res.FireID == stuck || o.res.Worker != "worker-a" {
+					t.Fatalf("outcome %s %+v; want worker-a's completions of the two fires that do not stick", o.typ, o.res)
+				}
+			}
+			select {
+			case <-started:
+			case <-time.After(waitFor):
+				t.Fatal("worker A never started the stuck fire")
+			}
+			ncA.Close() // worker A's process "dies": no more heartbeats, no ack
+			defer close(release)
+
+			var ranB runs
+			regB := worker.NewRegistry()
+			regB.Register("work", func(ctx context.Context, job worker.Job) error {
+				ranB.add(job)
+				return nil
+			})
+			_, jsB := connect(t, e.url)
+			e.startWorker(jsB, e.testConfig("worker-b"), regB)
+			want := 3 // every fire again, unanswered
+			if answered {
+				want = 1
+				if got := <-asked; len(got) != 3 {
+					t.Errorf("worker B asked about fires %v; want the batch's 3", got)
+				}
+			}
+			for range want {
+				if o := next(t, outcomes); o.typ != events.TypeJobCompleted || o.res.Worker != "worker-b" || o.res.Attempt != 2 {
+					t.Fatalf("outcome %s %+v; want worker-b's completion at attempt 2", o.typ, o.res)
+				}
+			}
+			e.waitSettled("work")
+			if got := ranB.of(stuck); !slices.Equal(got, []int{2}) {
+				t.Errorf("worker B ran the stuck fire as attempts %v, want [2]", got)
+			}
+			for _, f := range fs[:2] {
+				if got, wantRuns := len(ranB.of(f.FireID)), want/3; got != wantRuns {
+					t.Errorf("worker B ran the ended fire %s %d times, want %d", f.FireID, got, wantRuns)
+				}
+			}
+		})
+	}
+}
+
+// A worker holds at most Concurrency fires and one batch more: batches it has no room for stay
+// in the stream for the other workers.
+func TestAWorkerTakesNoMoreBatchesThanItHasRoomFor(t *testing.T) {
+	e := newEnv(t)
+	started, release := make(chan struct{}, 16), make(chan struct{})
+	reg := worker.NewRegistry()
+	reg.Register("slow", func(ctx context.Context, job worker.Job) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	})
+	cfg := e.testConfig("w1") // 4 run slots
+	e.startWorker(e.js, cfg, reg)
+	outcomes := e.watchDone()
+	for range 3 {
+		e.fireBatch("slow", cfg.Concurrency)
+	}
+	for range cfg.Concurrency {
+		select {
+		case <-started:
+		case <-time.After(waitFor):
+			t.Fatal("the first batch's fires did not all start")
+		}
+	}
+	c, err := e.js.Consumer(t.Context(), events.StreamFired(e.ns), events.WorkerDurable("slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 1 || info.NumPending != 2 {
+		t.Errorf("the worker holds %d messages and left %d; want 1 batch held (its %d fires fill its slots) and 2 left",
+			info.NumAckPending, info.NumPending, cfg.Concurrency)
+	}
+	close(release)
+	for range 3 * cfg.Concurrency {
+		if o := next(t, outcomes); o.typ != events.TypeJobCompleted {
+			t.Fatalf("outcome %s %+v; want completions", o.typ, o.res)
+		}
+	}
+	e.waitSettled("slow")
 }

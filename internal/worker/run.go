@@ -23,12 +23,13 @@ import (
 	"github.com/agatesched/agate/internal/telemetry"
 )
 
-// handle takes one JobFired message from receipt to ack (or nak, or term). The message is
+// handle takes one JobFired message, d, from receipt to ack (or nak, or term). The message is
 // heartbeated the whole time this worker holds it, including while its fires wait for run slots.
 // A message may hold several fires (a batch: docs/contract.md, "Batches of fires"): each runs
 // as a fire of its own, on a share of the message, which is settled once every fire in it has
 // ended (share). ctx ends when the worker stops fetching; jobCtx only after the drain timeout.
-func (w *Worker) handle(ctx, jobCtx context.Context, typ string, msg jetstream.Msg) {
+func (w *Worker) handle(ctx, jobCtx context.Context, typ string, d delivery) {
+	msg, bodies := d.msg, d.bodies
 	stopHeartbeat := w.heartbeat(msg)
 	defer stopHeartbeat()
 
@@ -36,12 +37,19 @@ func (w *Worker) handle(ctx, jobCtx context.Context, typ string, msg jetstream.M
 	if meta, err := msg.Metadata(); err == nil {
 		deliveries = int(meta.NumDelivered)
 	}
-	bodies, err := events.Bodies(msg.Headers(), msg.Data())
-	if err != nil {
-		w.terminate(ctx, msg, msg.Subject(), deliveries, err)
+	if d.err != nil {
+		w.terminate(ctx, msg, msg.Subject(), deliveries, d.err)
 		return
 	}
-	if len(bodies) == 1 {
+	if len(bodies) > 1 && deliveries > 1 {
+		if bodies = w.unended(ctx, typ, bodies); len(bodies) == 0 {
+			if err := msg.Ack(); err != nil {
+				w.log.WarnContext(ctx, "ack failed; JetStream will deliver the batch again", "subject", msg.Subject(), "error", err)
+			}
+			return
+		}
+	}
+	if len(bodies) == 1 && msg.Headers().Get("Content-Type") != events.ContentTypeBatch {
 		w.fire(ctx, jobCtx, typ, msg, msg.Headers(), bodies[0], deliveries)
 		return
 	}

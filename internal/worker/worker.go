@@ -292,58 +292,49 @@ func (w *Worker) serve(ctx context.Context) error {
 	return err
 }
 
-// pull fetches the fired jobs of one type for as long as ctx lasts. It asks for no more messages
-// than it has budget for, the budget being Concurrency held messages per type: a message that
-// sat in a client-side prefetch buffer would not be heartbeated and could be redelivered to
-// another worker while still queued here. A held message waits for one of the Concurrency run
-// slots (shared across types) under heartbeat.
+// pull fetches the fired jobs of one type for as long as ctx lasts. It asks for no more fires
+// than it has budget for, the budget being Concurrency held fires per type: a message that sat
+// in a client-side prefetch buffer would not be heartbeated and could be redelivered to another
+// worker while still queued here. A held fire waits for one of the Concurrency run slots (shared
+// across types) under its message's heartbeat. A message may hold a batch of fires: pull asks
+// for as many messages as the budget holds of the last one's fires (one at least), and a batch
+// larger than the budget left is a debt that the next fetch waits out; so a worker holds at most
+// Concurrency fires and one batch more, and leaves the rest to the other workers.
 func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Consumer, inflight *sync.WaitGroup) error {
-	budget := make(chan struct{}, w.cfg.Concurrency)
-	release := func(n int) {
-		for range n {
-			<-budget
-		}
-	}
-	handoff := make(chan jetstream.Msg)
+	budget := newFireBudget(w.cfg.Concurrency)
+	handoff := make(chan delivery)
 	errDelay := 100 * time.Millisecond
+	perMsg := w.cfg.Concurrency // fires in the last message received; at first, one message is asked for
 	for {
-		select {
-		case budget <- struct{}{}:
-		case <-ctx.Done():
+		free, ok := budget.acquire(ctx)
+		if !ok {
 			return nil
-		}
-		n := 1
-	more:
-		for n < cap(budget) {
-			select {
-			case budget <- struct{}{}:
-				n++
-			default:
-				break more
-			}
 		}
 
 		// Cancelling ctx ends the pull at once; a message the server sends after that is not
 		// received and comes back after AckWait.
 		fctx, cancel := context.WithTimeout(ctx, fetchWait)
 		stopOnReconnect := context.AfterFunc(w.reconnected.context(), cancel)
-		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
+		batch, err := cons.Fetch(max(1, free/perMsg), jetstream.FetchContext(fctx))
 		got := 0
 		if err == nil {
 			for msg := range batch.Messages() {
-				got++
+				d := newDelivery(msg)
+				n := d.fires()
+				got, perMsg = got+n, n
 				inflight.Add(1)
+				d.done = func() { budget.release(n); inflight.Done() }
 				select {
-				case handoff <- msg: // an idle handler took it
+				case handoff <- d: // an idle handler took it
 				default:
-					go w.handler(ctx, jobCtx, typ, msg, handoff, func() { release(1); inflight.Done() })
+					go w.handler(ctx, jobCtx, typ, d, handoff)
 				}
 			}
 			err = batch.Error()
 		}
 		stopOnReconnect()
 		cancel()
-		release(n - got)
+		budget.release(free - got) // what the fetch did not bring back, or (negative) a batch's excess
 
 		if ctx.Err() != nil {
 			return nil
@@ -369,19 +360,82 @@ func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Co
 // handlerIdle is how long a handler goroutine waits for its next message before it ends.
 const handlerIdle = 10 * time.Second
 
-// handler handles msg, then each message pull hands off to it, until none came for handlerIdle
-// or ctx ends; done is called after each. Handlers are reused rather than started per message:
-// a new goroutine's stack grew again for every message (decoding it takes more than a
+// fireBudget counts the fires one pull loop holds, against at most max: acquire takes what is
+// free, and release gives back what a fetch did not use or a settled message held. A batch
+// larger than what was free makes held exceed max (a negative release), until its fires end.
+type fireBudget struct {
+	mu        sync.Mutex
+	held, max int
+	freed     chan struct{} // signalled when fires were released
+}
+
+func newFireBudget(max int) *fireBudget {
+	return &fireBudget{max: max, freed: make(chan struct{}, 1)}
+}
+
+// acquire waits until some budget is free, takes all of it and returns how much, or false when
+// ctx ends first.
+func (b *fireBudget) acquire(ctx context.Context) (int, bool) {
+	for {
+		b.mu.Lock()
+		if free := b.max - b.held; free > 0 {
+			b.held = b.max
+			b.mu.Unlock()
+			return free, true
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.freed:
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// release gives n fires back (takes -n more when n is negative).
+func (b *fireBudget) release(n int) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.held -= n
+	b.mu.Unlock()
+	select {
+	case b.freed <- struct{}{}:
+	default:
+	}
+}
+
+// delivery is a message of fires as pull received it: its fires' envelopes read (events.Bodies),
+// or why they cannot be, and what to call once it is settled.
+type delivery struct {
+	msg    jetstream.Msg
+	bodies [][]byte
+	err    error
+	done   func()
+}
+
+func newDelivery(msg jetstream.Msg) delivery {
+	bodies, err := events.Bodies(msg.Headers(), msg.Data())
+	return delivery{msg: msg, bodies: bodies, err: err}
+}
+
+// fires is how many fires d holds: one for a message that is not a batch, or not readable.
+func (d delivery) fires() int { return max(1, len(d.bodies)) }
+
+// handler handles d, then each delivery pull hands off to it, until none came for handlerIdle or
+// ctx ends, calling each one's done after it. Handlers are reused rather than started per
+// message: a new goroutine's stack grew again for every message (decoding it takes more than a
 // goroutine starts with), a tenth of a worker's CPU in the burst.
-func (w *Worker) handler(ctx, jobCtx context.Context, typ string, msg jetstream.Msg, handoff <-chan jetstream.Msg, done func()) {
+func (w *Worker) handler(ctx, jobCtx context.Context, typ string, d delivery, handoff <-chan delivery) {
 	idle := time.NewTimer(handlerIdle)
 	defer idle.Stop()
 	for {
-		w.handle(ctx, jobCtx, typ, msg)
-		done()
+		w.handle(ctx, jobCtx, typ, d)
+		d.done()
 		idle.Reset(handlerIdle)
 		select {
-		case msg = <-handoff:
+		case d = <-handoff:
 		case <-idle.C:
 			return
 		case <-ctx.Done():
