@@ -24,8 +24,9 @@ import (
 // published; the scheduler would keep the trigger BLOCKED until its stale-execution scan. JetStream
 // reports that case with a MAX_DELIVERIES advisory; workers listen for it (in one queue group, so
 // one of them answers) and publish JobFailed{final:true} for the fire: the dead-letter outcome.
-// Advisories are not persisted: if no worker is connected when it is sent, the scheduler's
-// recovery remains the safety net.
+// JetStream sends the advisory when the consumer next serves a pull request, so while some worker
+// of the fire's type asks for fires. Advisories are not persisted: if no worker is connected when
+// it is sent, the scheduler's recovery remains the safety net.
 
 // deadLetterQueue is the queue group of the advisory subscription: one worker per namespace
 // handles each advisory.

@@ -660,12 +660,24 @@ func TestLastDeliveryLostBecomesFinalFailure(t *testing.T) {
 		nc.Close()
 		_ = r.wait(t)
 	}
+	// JetStream finds the fire out of deliveries, and sends the advisory, when a worker of its
+	// type asks for fires: one is started again, as after a crash. It never runs the fire.
+	restarted := worker.NewRegistry()
+	var ran atomic.Int32
+	restarted.Register("doomed", func(context.Context, worker.Job) error { ran.Add(1); return nil })
+	again := cfg
+	again.InstanceID = "restarted"
+	e.startWorker(e.js, again, restarted)
 
 	o := next(t, outcomes)
 	if o.typ != events.TypeJobFailed || o.res.FireID != f.FireID || o.res.Attempt != cfg.MaxDeliver ||
-		o.res.Worker != "survivor" || o.res.TriggerState != f.TriggerState || o.res.Error == nil || !o.res.Error.Final {
-		t.Fatalf("outcome = %s %+v error %+v; want a final JobFailed for attempt %d from the surviving worker",
+		(o.res.Worker != "survivor" && o.res.Worker != "restarted") || o.res.TriggerState != f.TriggerState ||
+		o.res.Error == nil || !o.res.Error.Final {
+		t.Fatalf("outcome = %s %+v error %+v; want a final JobFailed for attempt %d from a live worker",
 			o.typ, o.res, o.res.Error, cfg.MaxDeliver)
+	}
+	if n := ran.Load(); n != 0 {
+		t.Errorf("the restarted worker ran the fire that had run out of deliveries %d times", n)
 	}
 	if !strings.Contains(o.traceParent, strings.Split(testTraceParent, "-")[1]) {
 		t.Errorf("dead-letter outcome traceparent %q is not in the fire's trace", o.traceParent)
