@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/command"
 	"github.com/agatesched/agate/internal/events"
@@ -35,13 +34,27 @@ func TestTwoNodesFireEverythingOnce(t *testing.T) {
 		e.startNode("n2", sweep)
 		e.startWorker("w1", nil, nil)
 		e.startWorker("w2", nil, nil)
-		// Every publish of a JobFired reaches core subscribers, also a copy JetStream drops.
+		// Every publish of a JobFired reaches core subscribers, also a copy JetStream drops; a
+		// message may hold a batch of them.
 		var pubMu sync.Mutex
-		publishes := map[string]int{}
+		publishes := map[string]int{} // event id → publishes
 		sub, err := e.nc.Subscribe(events.Subjects(e.ns).All("fired"), func(m *nats.Msg) {
+			bodies, err := events.Bodies(m.Header, m.Data)
+			if err != nil {
+				t.Errorf("unreadable message on %s: %v", m.Subject, err)
+				return
+			}
 			pubMu.Lock()
-			publishes[m.Header.Get(jetstream.MsgIDHeader)]++
-			pubMu.Unlock()
+			defer pubMu.Unlock()
+			for _, b := range bodies {
+				var f events.JobFired
+				env, err := events.Decode(b, &f)
+				if err != nil {
+					t.Errorf("unreadable JobFired on %s: %v", m.Subject, err)
+					continue
+				}
+				publishes[env.ID]++
+			}
 		})
 		if err != nil {
 			t.Fatal(err)

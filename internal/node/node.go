@@ -268,7 +268,10 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, nc *nats.Conn) err
 		return err
 	}
 	waiting := pending.NewWaiting(js, ns, log)
-	firesWaiting := func() bool { return waiting.AtLeast(ctx, complete.BatchDefault) }
+	// A batch of fires or more waits for a worker. JetStream counts messages, which hold up to
+	// FireBatch fires each (docs/contract.md, "Batches of fires"): read as full ones.
+	fireBatch := cmp.Or(cfg.FireBatch, FireBatchDefault)
+	firesWaiting := func() bool { return waiting.AtLeast(ctx, max(1, complete.BatchDefault/fireBatch)) }
 	completions := complete.New(complete.Config{Namespace: ns, InstanceID: cfg.InstanceID, Locks: locks, Logger: log,
 		Wake: wakeup, Backlogged: acq.Backlogged, Heavy: acq.Heavy, FiresWaiting: firesWaiting}, ob, js)
 	vacuumer := vacuum.New(vacuum.Config{Interval: cfg.VacuumInterval, Logger: log,

@@ -66,8 +66,11 @@ type Config struct {
 // JobDeleted), which a burst's completions now share with the other fires of their transaction.
 const EventBatchDefault = 100
 
-// FireBatchDefault is Config.FireBatch's default.
-const FireBatchDefault = 1
+// FireBatchDefault is Config.FireBatch's default: a message and its acknowledgements cost
+// nats-server, the node and the workers far more than a fire's bytes, and in 2-node bursts of
+// 20,000 one-shots batches of 20 and of 50 did as well (docs/performance-history.md); a smaller
+// batch ties fewer fires to the slowest of them, on one worker.
+const FireBatchDefault = 20
 
 // Outbox writes events to the log in the transaction of the change they describe and publishes
 // them to JetStream after commit.

@@ -13,8 +13,8 @@ import (
 // WaitingTTL is how long one reading of the fires waiting for a worker is used.
 const WaitingTTL = 50 * time.Millisecond
 
-// Waiting tells how many fires of a namespace wait for a worker: the sum of NumPending over its
-// workers' consumers. Fires delivered and not acknowledged yet are not counted: a long job holds
+// Waiting tells how many messages of fires of a namespace wait for a worker (each a fire, or a
+// batch of them): the sum of NumPending over its workers' consumers. Fires delivered and not acknowledged yet are not counted: a long job holds
 // its fire for minutes without anyone being behind. A reading is used for WaitingTTL, so asking
 // often costs one JetStream request per TTL.
 type Waiting struct {
@@ -33,7 +33,7 @@ func NewWaiting(js jetstream.JetStream, ns string, log *slog.Logger) *Waiting {
 	}}}
 }
 
-// AtLeast reports whether n fires or more wait for a worker.
+// AtLeast reports whether n messages of fires or more wait for a worker.
 func (w *Waiting) AtLeast(ctx context.Context, n int) bool {
 	var sum int64
 	for _, c := range w.r.read(ctx) {

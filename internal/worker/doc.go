@@ -3,10 +3,10 @@
 //	agate.<ns>.fired.<jobType> ──pull (durable worker-<jobType>, shared by every worker)──▶ handler
 //	  ──▶ publish JobCompleted | JobFailed to agate.<ns>.done.<jobType> (PubAck awaited) ──▶ ack JobFired
 //
-// A scheduler node publishes one JobFired per fire, or with --fire-batch several in a batch, whose
+// A scheduler node publishes one JobFired per fire, or several in a batch (--fire-batch), whose
 // fires run each on a share of the message (run.go: share). Every worker process binds to the same durable
 // pull consumer per job type, so adding processes scales the work out. A worker fetches only as
-// many messages as it has room for, heartbeats each message it holds (InProgress every AckWait/3)
+// many fires as it has room for, heartbeats each message it holds (InProgress every AckWait/3)
 // so a long job is not redelivered, runs the registered HandlerFunc under a timeout, publishes the
 // outcome and only then acks. A crash anywhere before the ack therefore means the fire is
 // delivered again, never that its completion is lost; consumers of completions are idempotent by
