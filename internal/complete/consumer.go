@@ -293,7 +293,7 @@ func (c *Consumer) handle(ctx context.Context, msgs []jetstream.Msg) int {
 }
 
 // decodeAll appends to ps the outcomes m holds: one, or each of a worker's batch
-// (events.BatchMessage), which share m through a batchShare when there are several. Garbage
+// (events.BatchMessage), which share m through an events.Share when there are several. Garbage
 // cannot become valid by redelivery: it is logged and dropped, a batch's valid outcomes
 // recorded all the same.
 func (c *Consumer) decodeAll(ctx context.Context, m jetstream.Msg, ps []pending) []pending {
@@ -325,7 +325,7 @@ func (c *Consumer) decodeAll(ctx context.Context, m jetstream.Msg, ps []pending)
 		_ = m.Term()
 		return ps
 	case len(outs) > 1:
-		msg = newBatchShare(m, len(outs))
+		msg = events.NewShare(m, len(outs))
 	}
 	for _, o := range outs {
 		ps = append(ps, pending{out: o, msg: msg})

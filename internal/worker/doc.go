@@ -4,7 +4,7 @@
 //	  ──▶ publish JobCompleted | JobFailed to agate.<ns>.done.<jobType> (PubAck awaited) ──▶ ack JobFired
 //
 // A scheduler node publishes one JobFired per fire, or several in a batch (--fire-batch), whose
-// fires run each on a share of the message (run.go: share). Every worker process binds to the same durable
+// fires run each on a share of the message (events.Share). Every worker process binds to the same durable
 // pull consumer per job type, so adding processes scales the work out. A worker fetches only as
 // many fires as it has room for, heartbeats each message it holds (InProgress every AckWait/3)
 // so a long job is not redelivered, runs the registered HandlerFunc under a timeout, publishes the

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -26,8 +25,8 @@ import (
 // handle takes one JobFired message, d, from receipt to ack (or nak, or term). The message is
 // heartbeated the whole time this worker holds it, including while its fires wait for run slots.
 // A message may hold several fires (a batch: docs/contract.md, "Batches of fires"): each runs
-// as a fire of its own, on a share of the message, which is settled once every fire in it has
-// ended (share). ctx ends when the worker stops fetching; jobCtx only after the drain timeout.
+// as a fire of its own, on a share of the message (events.Share), which is settled once every
+// fire in it has ended. ctx ends when the worker stops fetching; jobCtx only after the drain timeout.
 func (w *Worker) handle(ctx, jobCtx context.Context, typ string, d delivery) {
 	msg, bodies := d.msg, d.bodies
 	stopHeartbeat := w.heartbeat(msg)
@@ -53,19 +52,19 @@ func (w *Worker) handle(ctx, jobCtx context.Context, typ string, d delivery) {
 		w.fire(ctx, jobCtx, typ, msg, msg.Headers(), bodies[0], deliveries)
 		return
 	}
-	st := newShared(msg, len(bodies))
+	share := events.NewShare(msg, len(bodies))
 	var wg sync.WaitGroup
 	for _, body := range bodies[1:] {
-		wg.Go(func() { w.fire(ctx, jobCtx, typ, share{st}, nil, body, deliveries) })
+		wg.Go(func() { w.fire(ctx, jobCtx, typ, share, nil, body, deliveries) })
 	}
-	w.fire(ctx, jobCtx, typ, share{st}, nil, bodies[0], deliveries)
+	w.fire(ctx, jobCtx, typ, share, nil, bodies[0], deliveries)
 	wg.Wait()
 }
 
 // terminate ends a message that cannot be read: it will not become readable, so JetStream should
 // not redeliver it MaxDeliver times. Its content is not logged (it may hold secrets).
 func (w *Worker) terminate(ctx context.Context, s settler, subject string, deliveries int, err error) {
-	if _, ok := s.(share); ok {
+	if _, ok := s.(events.Share); ok {
 		w.log.ErrorContext(ctx, "dropping a malformed JobFired of a batch; its other fires run", "subject", subject,
 			"attempt", deliveries, "error", err)
 		_ = s.TermWithReason("")
@@ -101,7 +100,7 @@ func (w *Worker) fire(ctx, jobCtx context.Context, typ string, s settler, h nats
 	// A fire that has its message to itself is given back when the worker stops before it starts
 	// (now rather than after AckWait). One that shares it is run until the drain timeout: given
 	// back, its batch-mates that ended would run again.
-	_, shared := s.(share)
+	_, shared := s.(events.Share)
 	stop := ctx
 	if shared {
 		stop = jobCtx
@@ -131,63 +130,13 @@ func (w *Worker) fire(ctx, jobCtx context.Context, typ string, s settler, h nats
 	}
 }
 
-// settler settles a delivery: a jetstream.Msg, or a fire's share of one (share).
+// settler settles a delivery: a jetstream.Msg, or a fire's share of one (events.Share).
 type settler interface {
 	Ack() error
 	Nak() error
 	NakWithDelay(delay time.Duration) error
 	TermWithReason(reason string) error
 }
-
-// shared is what the fires of one message settle together.
-type shared struct {
-	msg   jetstream.Msg
-	left  atomic.Int32
-	nak   atomic.Bool
-	delay atomic.Int64 // the longest delay asked for a redelivery, in nanoseconds
-}
-
-func newShared(msg jetstream.Msg, n int) *shared {
-	st := &shared{msg: msg}
-	st.left.Store(int32(n))
-	return st
-}
-
-// share is one fire's share of a message holding several: the message is acknowledged once every
-// fire in it ended, and handed back for redelivery when any could not (its outcome could not be
-// published, or the worker stopped before it ended). A malformed fire ends as it is read.
-type share struct{ st *shared }
-
-// settle records one fire's end: done (nak false), or to be delivered again after delay. The last
-// share to settle acknowledges the message or hands it back.
-func (s share) settle(nak bool, delay time.Duration) error {
-	st := s.st
-	if nak {
-		for {
-			d := st.delay.Load()
-			if int64(delay) <= d || st.delay.CompareAndSwap(d, int64(delay)) {
-				break
-			}
-		}
-		st.nak.Store(true)
-	}
-	if st.left.Add(-1) > 0 {
-		return nil
-	}
-	switch d := time.Duration(st.delay.Load()); {
-	case !st.nak.Load():
-		return st.msg.Ack()
-	case d > 0:
-		return st.msg.NakWithDelay(d)
-	default:
-		return st.msg.Nak()
-	}
-}
-
-func (s share) Ack() error                             { return s.settle(false, 0) }
-func (s share) Nak() error                             { return s.settle(true, 0) }
-func (s share) NakWithDelay(delay time.Duration) error { return s.settle(true, delay) }
-func (s share) TermWithReason(string) error            { return s.settle(false, 0) }
 
 // checkFired rejects events that decode but cannot be run.
 func checkFired(env events.Envelope, fired events.JobFired, typ string) error {

@@ -1,4 +1,4 @@
-package complete
+package events
 
 import (
 	"testing"
@@ -21,22 +21,23 @@ func (s *settled) NakWithDelay(delay time.Duration) error { s.naks++; s.delay = 
 
 // A batch's message is settled once, by its last outcome: acknowledged when all were recorded,
 // handed back with the longest delay asked when any was not.
-func TestBatchShareSettlesTheMessageOnce(t *testing.T) {
+func TestShareSettlesTheMessageOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		settle     []func(batchShare) error
+		settle     []func(Share) error
 		acks, naks int
 		delay      time.Duration
 	}{
-		{"all recorded", []func(batchShare) error{batchShare.Ack, batchShare.Ack, batchShare.Ack}, 1, 0, 0},
-		{"one failed", []func(batchShare) error{batchShare.Ack,
-			func(b batchShare) error { return b.NakWithDelay(time.Second) }, batchShare.Ack}, 0, 1, time.Second},
-		{"given back and failed", []func(batchShare) error{
-			func(b batchShare) error { return b.NakWithDelay(time.Second) }, batchShare.Nak}, 0, 1, time.Second},
-		{"given back", []func(batchShare) error{batchShare.Ack, batchShare.Nak}, 0, 1, 0},
+		{"all recorded", []func(Share) error{Share.Ack, Share.Ack, Share.Ack}, 1, 0, 0},
+		{"one failed", []func(Share) error{Share.Ack,
+			func(b Share) error { return b.NakWithDelay(time.Second) }, Share.Ack}, 0, 1, time.Second},
+		{"given back and failed", []func(Share) error{
+			func(b Share) error { return b.NakWithDelay(time.Second) }, Share.Nak}, 0, 1, time.Second},
+		{"given back", []func(Share) error{Share.Ack, Share.Nak}, 0, 1, 0},
+		{"one unreadable", []func(Share) error{Share.Ack, func(b Share) error { return b.TermWithReason("") }}, 1, 0, 0},
 	} {
 		m := &settled{}
-		share := newBatchShare(m, len(tc.settle))
+		share := NewShare(m, len(tc.settle))
 		for i, settle := range tc.settle {
 			if err := settle(share); err != nil {
 				t.Fatal(err)
