@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agatesched/agate/internal/events"
 	"github.com/agatesched/agate/internal/worker"
@@ -293,9 +294,16 @@ func TestAWorkerTakesNoMoreBatchesThanItHasRoomFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := c.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
+	// The consumer counts the stream's new messages as it hears of them: wait until it counts
+	// all three (there is no signal to wait for but its counts).
+	var info *jetstream.ConsumerInfo
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(20 * time.Millisecond) {
+		if info, err = c.Info(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending+int(info.NumPending) >= 3 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if info.NumAckPending != 1 || info.NumPending != 2 {
 		t.Errorf("the worker holds %d messages and left %d; want 1 batch held (its %d fires fill its slots) and 2 left",
