@@ -254,8 +254,8 @@ func (o *options) nodeConfig() (node.Config, error) {
 	if cfg.EventBatch < 1 {
 		return cfg, fmt.Errorf("--event-batch %d: give at least 1 (1 publishes each event in a message of its own)", cfg.EventBatch)
 	}
-	if cfg.FireBatch < 1 {
-		return cfg, fmt.Errorf("--fire-batch %d: give at least 1 (1 publishes each JobFired in a message of its own)", cfg.FireBatch)
+	if cfg.FireBatch < 1 || cfg.FireBatch > node.MaxFireBatch {
+		return cfg, fmt.Errorf("--fire-batch %d: give 1 to %d (1 publishes each JobFired in a message of its own)", cfg.FireBatch, node.MaxFireBatch)
 	}
 	if cfg.EventRetention == 0 {
 		cfg.EventRetention = -1 // the flag's 0 keeps every event; the Config's 0 is the default

@@ -199,6 +199,20 @@ func TestRunRejectsPartitionsAtOnceOutOfRange(t *testing.T) {
 	}
 }
 
+func TestRunRejectsFireBatchOutOfRange(t *testing.T) {
+	for _, v := range []string{"0", "1001"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "run", "--database-url", "postgres://nobody@127.0.0.1:1/none",
+			"--fire-batch", v)
+		cmd.Env = append(os.Environ(), "AGATE_SCHEDULER_RUN_MAIN=1")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--fire-batch "+v+": give 1 to 1000") {
+			t.Errorf("--fire-batch %s: %v, output %q", v, err, out)
+		}
+	}
+}
+
 // lineReader reads a process's log line by line, keeping all of it for failure messages.
 type lineReader struct {
 	t     *testing.T

@@ -26,7 +26,10 @@ const (
 	SnapshotIntervalDefault = retention.SnapshotIntervalDefault
 	EventBatchDefault       = outbox.EventBatchDefault
 	FireBatchDefault        = outbox.FireBatchDefault
-	VacuumIntervalDefault   = vacuum.IntervalDefault
+	// MaxFireBatch bounds --fire-batch: a worker given a batch again asks which of its fires
+	// still run, at most 1,000 at once (the executing query's fireIds).
+	MaxFireBatch          = 1000
+	VacuumIntervalDefault = vacuum.IntervalDefault
 
 	StreamReplicasDefault  = events.StreamReplicasDefault
 	StreamMaxAgeDefault    = events.StreamMaxAgeDefault

@@ -162,8 +162,8 @@ func (c Config) Validate() error {
 	if c.EventBatch < 0 {
 		return fmt.Errorf("event batch %d: give at least 1 (1 publishes each event in a message of its own)", c.EventBatch)
 	}
-	if c.FireBatch < 0 {
-		return fmt.Errorf("fire batch %d: give at least 1 (1 publishes each JobFired in a message of its own)", c.FireBatch)
+	if c.FireBatch < 0 || c.FireBatch > MaxFireBatch {
+		return fmt.Errorf("fire batch %d: give 1 to %d (1 publishes each JobFired in a message of its own)", c.FireBatch, MaxFireBatch)
 	}
 	if c.WorkerMaxDeliver < 0 || c.WorkerJobTimeout < 0 || c.AbandonGrace < 0 || c.HealEvery < 0 {
 		return fmt.Errorf("max-deliver, job-timeout and abandon-grace must be positive")
