@@ -184,31 +184,22 @@ func TestHelpShowsNoRandomDefault(t *testing.T) {
 }
 
 // A setting out of range stops the node before it connects to anything, saying what is allowed.
-func TestRunRejectsPartitionsAtOnceOutOfRange(t *testing.T) {
-	for _, v := range []string{"-1", "17"} {
+func TestRunRejectsSettingsOutOfRange(t *testing.T) {
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--partitions-at-once", "-1", "partitions at once must be between 1 and 16"},
+		{"--partitions-at-once", "17", "partitions at once must be between 1 and 16"},
+		{"--fire-batch", "0", "--fire-batch 0: give 1 to 1000"},
+		{"--fire-batch", "1001", "--fire-batch 1001: give 1 to 1000"},
+	} {
 		// A node that accepted the setting would wait for the database: the timeout ends it.
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, os.Args[0], "run", "--database-url", "postgres://nobody@127.0.0.1:1/none",
-			"--partitions-at-once", v)
+			tc.flag, tc.value)
 		cmd.Env = append(os.Environ(), "AGATE_SCHEDULER_RUN_MAIN=1")
 		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "partitions at once must be between 1 and 16") {
-			t.Errorf("--partitions-at-once %s: %v, output %q", v, err, out)
-		}
-	}
-}
-
-func TestRunRejectsFireBatchOutOfRange(t *testing.T) {
-	for _, v := range []string{"0", "1001"} {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, os.Args[0], "run", "--database-url", "postgres://nobody@127.0.0.1:1/none",
-			"--fire-batch", v)
-		cmd.Env = append(os.Environ(), "AGATE_SCHEDULER_RUN_MAIN=1")
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "--fire-batch "+v+": give 1 to 1000") {
-			t.Errorf("--fire-batch %s: %v, output %q", v, err, out)
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s %s: %v, output %q; want %q", tc.flag, tc.value, err, out, tc.want)
 		}
 	}
 }
