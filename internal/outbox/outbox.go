@@ -416,6 +416,7 @@ func (o *Outbox) publish(ctx context.Context, txs ...[]events.Event) error {
 	}
 	var msgs [][]events.Event
 	limit := events.BatchLimit(o.js.Conn())
+	self := func(e events.Event) events.Event { return e }
 	for _, evs := range txs {
 		var evt, fired []events.Event
 		for i, e := range evs {
@@ -429,7 +430,6 @@ func (o *Outbox) publish(ctx context.Context, txs ...[]events.Event) error {
 				msgs = append(msgs, evs[i:i+1])
 			}
 		}
-		self := func(e events.Event) events.Event { return e }
 		if len(evt) > 0 {
 			msgs = append(msgs, events.Batches(evt, self, o.cfg.EventBatch, limit)...)
 		}

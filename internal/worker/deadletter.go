@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agatesched/agate/internal/events"
-	"github.com/agatesched/agate/internal/telemetry"
 )
 
 // A worker settles every delivery it finishes itself, the last one included, by publishing the
@@ -105,11 +104,7 @@ func (w *Worker) deadLetter(ctx context.Context, stream jetstream.Stream, adv ma
 			errs = append(errs, fmt.Errorf("JobFired at sequence %d is malformed: %w", adv.StreamSeq, err))
 			continue
 		}
-		parent := telemetry.FromHeader(ctx, raw.Header)
-		if env.TraceParent != "" {
-			parent = telemetry.WithTraceParent(ctx, env.TraceParent)
-		}
-		if err := w.deadLetterFire(parent, typ, fired, adv.Deliveries); err != nil {
+		if err := w.deadLetterFire(fireTrace(ctx, raw.Header, env), typ, fired, adv.Deliveries); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -93,10 +93,7 @@ func (w *Worker) fire(ctx, jobCtx context.Context, typ string, s settler, h nats
 		w.terminate(ctx, s, w.subjects.Fired(typ), deliveries, err)
 		return
 	}
-	parent := telemetry.FromHeader(jobCtx, h)
-	if env.TraceParent != "" {
-		parent = telemetry.WithTraceParent(jobCtx, env.TraceParent)
-	}
+	parent := fireTrace(jobCtx, h, env)
 	// A fire that has its message to itself is given back when the worker stops before it starts
 	// (now rather than after AckWait). One that shares it is run until the drain timeout: given
 	// back, its batch-mates that ended would run again.
@@ -128,6 +125,15 @@ func (w *Worker) fire(ctx, jobCtx context.Context, typ string, s settler, h nats
 			return
 		}
 	}
+}
+
+// fireTrace returns ctx carrying a fire's trace context: its envelope's traceparent member (each
+// fire of a batch carries its own), else its message's headers.
+func fireTrace(ctx context.Context, h nats.Header, env events.Envelope) context.Context {
+	if env.TraceParent != "" {
+		return telemetry.WithTraceParent(ctx, env.TraceParent)
+	}
+	return telemetry.FromHeader(ctx, h)
 }
 
 // settler settles a delivery: a jetstream.Msg, or a fire's share of one (events.Share).
