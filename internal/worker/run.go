@@ -55,7 +55,11 @@ func (w *Worker) handle(ctx, jobCtx context.Context, typ string, d delivery) {
 	share := events.NewShare(msg, len(bodies))
 	var wg sync.WaitGroup
 	for _, body := range bodies[1:] {
-		wg.Go(func() { w.fire(ctx, jobCtx, typ, share, nil, body, deliveries) })
+		wg.Add(1)
+		w.runners.Go(func() {
+			defer wg.Done()
+			w.fire(ctx, jobCtx, typ, share, nil, body, deliveries)
+		})
 	}
 	w.fire(ctx, jobCtx, typ, share, nil, bodies[0], deliveries)
 	wg.Wait()

@@ -96,6 +96,7 @@ type Worker struct {
 	running     executions
 	metrics     metrics
 	pulling     pulling // for readiness: whether the pull loops run
+	runners     *runners
 
 	afterStore func(n int) // tests (export_test.go): runs once a message of n outcomes is stored, before their fires are acked
 }
@@ -253,6 +254,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	var inflight sync.WaitGroup
 	g, pullCtx := errgroup.WithContext(ctx)
 	w.pulling.set(pullCtx)
+	w.runners = newRunners(pullCtx.Done())
 	// A closed connection never comes back: stop at once rather than when a pending pull expires.
 	// After a reconnect the server may have forgotten pending pull requests (it restarted):
 	// cut them short so the pull loops ask again at once.
@@ -302,7 +304,6 @@ func (w *Worker) serve(ctx context.Context) error {
 // Concurrency fires and one batch more, and leaves the rest to the other workers.
 func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Consumer, inflight *sync.WaitGroup) error {
 	budget := newFireBudget(w.cfg.Concurrency)
-	handoff := make(chan delivery)
 	errDelay := 100 * time.Millisecond
 	perMsg := w.cfg.Concurrency // fires in the last message received; at first, one message is asked for
 	for {
@@ -323,12 +324,11 @@ func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Co
 				n := d.fires()
 				got, perMsg = got+n, n
 				inflight.Add(1)
-				d.done = func() { budget.release(n); inflight.Done() }
-				select {
-				case handoff <- d: // an idle handler took it
-				default:
-					go w.handler(ctx, jobCtx, typ, d, handoff)
-				}
+				w.runners.Go(func() {
+					w.handle(ctx, jobCtx, typ, d)
+					budget.release(n)
+					inflight.Done()
+				})
 			}
 			err = batch.Error()
 		}
@@ -356,9 +356,6 @@ func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Co
 		errDelay = min(2*errDelay, 5*time.Second)
 	}
 }
-
-// handlerIdle is how long a handler goroutine waits for its next message before it ends.
-const handlerIdle = 10 * time.Second
 
 // fireBudget counts the fires one pull loop holds, against at most max: acquire takes what is
 // free, and release gives back what a fetch did not use or a settled message held. A batch
@@ -407,12 +404,11 @@ func (b *fireBudget) release(n int) {
 }
 
 // delivery is a message of fires as pull received it: its fires' envelopes read (events.Bodies),
-// or why they cannot be, and what to call once it is settled.
+// or why they cannot be.
 type delivery struct {
 	msg    jetstream.Msg
 	bodies [][]byte
 	err    error
-	done   func()
 }
 
 func newDelivery(msg jetstream.Msg) delivery {
@@ -422,27 +418,6 @@ func newDelivery(msg jetstream.Msg) delivery {
 
 // fires is how many fires d holds: one for a message that is not a batch, or not readable.
 func (d delivery) fires() int { return max(1, len(d.bodies)) }
-
-// handler handles d, then each delivery pull hands off to it, until none came for handlerIdle or
-// ctx ends, calling each one's done after it. Handlers are reused rather than started per
-// message: a new goroutine's stack grew again for every message (decoding it takes more than a
-// goroutine starts with), a tenth of a worker's CPU in the burst.
-func (w *Worker) handler(ctx, jobCtx context.Context, typ string, d delivery, handoff <-chan delivery) {
-	idle := time.NewTimer(handlerIdle)
-	defer idle.Stop()
-	for {
-		w.handle(ctx, jobCtx, typ, d)
-		d.done()
-		idle.Reset(handlerIdle)
-		select {
-		case d = <-handoff:
-		case <-idle.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
 
 // streamsRetry bounds the wait between two looks for the streams.
 const streamsRetry = 5 * time.Second
