@@ -94,6 +94,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	}
 	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 		EncodeUUIDsAsBytes(conn.TypeMap())
+		EncodeArraysDirectly(conn.TypeMap())
 		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
