@@ -1,6 +1,7 @@
 package events
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,9 +82,37 @@ func TestBatchesAreRefusedWhenMalformed(t *testing.T) {
 		t.Error("an empty batch was built")
 	}
 	h := nats.Header{"Content-Type": []string{ContentTypeBatch}}
-	for _, body := range []string{`{"id":"x"}`, `[]`, ` [ ] `, `[{"id":`, ``, `[{}] {}`, `[{}]]`} {
+	for _, body := range []string{`{"id":"x"}`, `[]`, ` [ ] `, `[{"id":`, ``, `[{}] {}`, `[{}]]`, `[{"a":"]}`, `[{"a":"\"}]`,
+		`[{"a":[}]`, `[{}}]`, `[`, `]`} {
 		if _, err := Bodies(h, []byte(body)); err == nil {
 			t.Errorf("Bodies accepted the batch %q", body)
+		}
+	}
+}
+
+// A batch is split at the commas between its elements, whatever its strings hold; an element
+// that is not readable is left for its decoder to refuse, the others kept.
+func TestBodiesSplitsBetweenElements(t *testing.T) {
+	h := nats.Header{"Content-Type": []string{ContentTypeBatch}}
+	for body, want := range map[string][]string{
+		`[{"a":1}]`: {`{"a":1}`},
+		" [ {\"a\":1} ,\n\t{\"b\":[1,{\"c\":2}]} ] ": {`{"a":1}`, `{"b":[1,{"c":2}]}`},
+		`[{"s":"a, b] } {"},{"t":"\"[,"}]`:           {`{"s":"a, b] } {"}`, `{"t":"\"[,"}`},
+		`[{"s":"ends with \\"},{"u":"\\\""}]`:        {`{"s":"ends with \\"}`, `{"u":"\\\""}`},
+		`[{"a":1},,{"b":2}]`:                         {`{"a":1}`, ``, `{"b":2}`},
+		`[{"a":1} {"b":2},{"c":3}]`:                  {`{"a":1} {"b":2}`, `{"c":3}`},
+	} {
+		got, err := Bodies(h, []byte(body))
+		if err != nil {
+			t.Errorf("Bodies(%q): %v", body, err)
+			continue
+		}
+		var gotS []string
+		for _, g := range got {
+			gotS = append(gotS, string(g))
+		}
+		if !slices.Equal(gotS, want) {
+			t.Errorf("Bodies(%q) = %q, want %q", body, gotS, want)
 		}
 	}
 }
@@ -173,6 +202,34 @@ func BenchmarkDecodeOutcomeBatch(b *testing.B) {
 			if _, err := DecodeRaw(body, &r); err != nil {
 				b.Fatal(err)
 			}
+		}
+	}
+}
+
+// BenchmarkBodies splits a message of 20 JobFired, as a worker receives them.
+//
+//	go test ./internal/events -run '^$' -bench Bodies
+func BenchmarkBodies(b *testing.B) {
+	var evs []Event
+	for range 20 {
+		f := JobFired{FireID: uuid.Must(uuid.NewV7()), Trigger: Key{Group: "bench", Name: "t-" + uuid.NewString()},
+			Job: JobRef{Group: "bench", Name: "j", Type: "noop"}, ScheduledTime: time.Now(), FiredTime: time.Now(),
+			Data: []byte(`{"n":1,"s":"a \"quoted\" [string], {with} brackets"}`), TriggerState: "COMPLETE", TimesTriggered: 1}
+		ev, err := New(TypeJobFired, Source("ns", "n1"), AggregateTrigger, "bench.t", Subjects("ns").Fired("noop"), time.Now(), f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	msg, err := BatchMessage(uuid.Must(uuid.NewV7()), evs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.Logf("%d bytes", len(msg.Data))
+	for b.Loop() {
+		if bodies, err := Bodies(msg.Header, msg.Data); err != nil || len(bodies) != 20 {
+			b.Fatal(len(bodies), err)
 		}
 	}
 }
