@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -30,6 +31,9 @@ func TestEncodeArraysDirectly(t *testing.T) {
 				time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2300, 6, 1, 12, 0, 0, 123456789, time.FixedZone("x", 3600))}},
 			{pgtype.TimestamptzArrayOID, []time.Time{}},
 			{pgtype.TimestamptzArrayOID, []time.Time(nil)},
+			{pgtype.UUIDArrayOID, []uuid.UUID{uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewRandom())}},
+			{pgtype.UUIDArrayOID, []uuid.UUID{}},
+			{pgtype.UUIDArrayOID, []uuid.UUID(nil)},
 			{pgtype.Int8ArrayOID, []int64{1, 2}}, // not encoded directly
 		} {
 			want, err := plain.Encode(c.oid, format, c.value, []byte("prefix"))
@@ -45,7 +49,7 @@ func TestEncodeArraysDirectly(t *testing.T) {
 			}
 			var direct bool
 			switch m.PlanEncode(c.oid, format, c.value).(type) {
-			case textArray[string], textArray[[]byte], timestamptzArray:
+			case textArray[string], textArray[[]byte], timestamptzArray, uuidArray:
 				direct = true
 			}
 			if wantDirect := format == pgtype.BinaryFormatCode && c.oid != pgtype.Int8ArrayOID; direct != wantDirect {
