@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/agatesched/agate/internal/warm"
 )
 
 // Defaults of the gathering of commands into batches.
@@ -51,7 +53,7 @@ type gatherer struct {
 	slots   chan struct{}
 	newJobs chan struct{}
 	// appliers run the batches, one per slot.
-	appliers *warmPool
+	appliers *warm.Pool
 
 	mu   sync.Mutex
 	open map[int]*gathering // by batchKey
@@ -96,7 +98,7 @@ func (g *gatherer) batchKey(it *item) int {
 func newGatherer(h *Handler) *gatherer {
 	slots := cmp.Or(h.cfg.ConcurrentBatches, ConcurrentBatchesDefault)
 	return &gatherer{h: h, max: cmp.Or(h.cfg.Batch, BatchDefault), wait: cmp.Or(h.cfg.GatherWait, GatherWaitDefault),
-		slots: make(chan struct{}, slots), newJobs: make(chan struct{}, 1), appliers: newWarmPool(slots),
+		slots: make(chan struct{}, slots), newJobs: make(chan struct{}, 1), appliers: warm.New(slots, warmIdle),
 		open: map[int]*gathering{}}
 }
 
@@ -113,7 +115,7 @@ func (g *gatherer) maxOf(key int) int {
 // applies them in stream order); ctx is the batch's when the caller leads it.
 func (g *gatherer) do(ctx context.Context, req Request, seq uint64) Outcome {
 	var it *item
-	g.h.readers.run(func() { it = g.h.prepare(ctx, req) })
+	g.h.readers.Run(func() { it = g.h.prepare(ctx, req) })
 	key := g.batchKey(it)
 	g.mu.Lock()
 	b := g.open[key]
@@ -192,5 +194,5 @@ func (g *gatherer) lead(ctx context.Context, key int, b *gathering) {
 	}
 	// On a warm goroutine: the leader's own, fresh for its message, would grow its stack again
 	// through pgx and the log at every batch. The slot held leaves one free.
-	g.appliers.run(func() { g.h.run(ctx, sorted) })
+	g.appliers.Run(func() { g.h.run(ctx, sorted) })
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/agatesched/agate/internal/store"
 	"github.com/agatesched/agate/internal/telemetry"
 	"github.com/agatesched/agate/internal/wake"
+	"github.com/agatesched/agate/internal/warm"
 )
 
 //go:embed queries.sql
@@ -77,8 +78,8 @@ type Handler struct {
 	outbox  *outbox.Outbox
 	v       *validator
 	tracer  trace.Tracer
-	gather  *gatherer // of the durable consumer's commands and Apply's
-	readers *warmPool // run prepare for the gatherer's callers, at most GOMAXPROCS at once
+	gather  *gatherer  // of the durable consumer's commands and Apply's
+	readers *warm.Pool // run prepare for the gatherer's callers, at most GOMAXPROCS at once
 
 	metrics metrics
 }
@@ -99,7 +100,7 @@ func New(cfg Config, pool *pgxpool.Pool, ob *outbox.Outbox) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{cfg: cfg, pool: pool, outbox: ob, v: v, tracer: telemetry.Tracer("command"), metrics: newMetrics(nil)}
-	h.gather, h.readers = newGatherer(h), newWarmPool(runtime.GOMAXPROCS(0))
+	h.gather, h.readers = newGatherer(h), warm.New(runtime.GOMAXPROCS(0), warmIdle)
 	return h, nil
 }
 

@@ -23,7 +23,7 @@ func TestReadersAnswerEveryCallerAndPassPanicsBack(t *testing.T) {
 			id := fmt.Sprint("cmd-", i)
 			body := `{"id":"` + id + `","job":{"group":"g","name":"j` + id + `","type":"noop"}}`
 			var it *item
-			h.readers.run(func() { it = h.prepare(context.Background(), Request{Command: "schedule_job", Body: []byte(body)}) })
+			h.readers.Run(func() { it = h.prepare(context.Background(), Request{Command: "schedule_job", Body: []byte(body)}) })
 			if it.id != id || !it.applies() {
 				errs <- fmt.Errorf("caller %d got item %q (early %v, rejected %v)", i, it.id, it.early, it.rej)
 			}
@@ -41,5 +41,5 @@ func TestReadersAnswerEveryCallerAndPassPanicsBack(t *testing.T) {
 			t.Error("prepare's panic did not reach the caller")
 		}
 	}()
-	h.readers.run(func() { broken.prepare(context.Background(), Request{Command: "schedule_job", Body: []byte(`{}`)}) })
+	h.readers.Run(func() { broken.prepare(context.Background(), Request{Command: "schedule_job", Body: []byte(`{}`)}) })
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/agatesched/agate/internal/presence"
 	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/telemetry"
+	"github.com/agatesched/agate/internal/warm"
 )
 
 // Config configures a Worker. Zero durations and counts take the defaults documented per field.
@@ -95,8 +96,8 @@ type Worker struct {
 	reconnected broadcast // fired each time the NATS connection is re-established
 	running     executions
 	metrics     metrics
-	pulling     pulling // for readiness: whether the pull loops run
-	runners     *runners
+	pulling     pulling    // for readiness: whether the pull loops run
+	runners     *warm.Pool // the pull loops' messages and the fires of their batches run on it
 
 	afterStore func(n int) // tests (export_test.go): runs once a message of n outcomes is stored, before their fires are acked
 }
@@ -254,7 +255,8 @@ func (w *Worker) serve(ctx context.Context) error {
 	var inflight sync.WaitGroup
 	g, pullCtx := errgroup.WithContext(ctx)
 	w.pulling.set(pullCtx)
-	w.runners = newRunners(pullCtx.Done())
+	w.runners = warm.New(0, runnerIdle)
+	defer w.runners.Close()
 	// A closed connection never comes back: stop at once rather than when a pending pull expires.
 	// After a reconnect the server may have forgotten pending pull requests (it restarted):
 	// cut them short so the pull loops ask again at once.
@@ -356,6 +358,10 @@ func (w *Worker) pull(ctx, jobCtx context.Context, typ string, cons jetstream.Co
 		errDelay = min(2*errDelay, 5*time.Second)
 	}
 }
+
+// runnerIdle is how long a goroutine that ran a message or a fire of a batch waits for the
+// next before it ends.
+const runnerIdle = 10 * time.Second
 
 // fireBudget counts the fires one pull loop holds, against at most max: acquire takes what is
 // free, and release gives back what a fetch did not use or a settled message held. A batch
