@@ -104,32 +104,31 @@ type timestamptzArray struct{}
 const unixToY2K = 946684800 * 1000000
 
 func (timestamptzArray) Encode(value any, buf []byte) ([]byte, error) {
-	times := value.([]time.Time)
-	if times == nil {
-		return nil, nil
-	}
-	buf = slices.Grow(buf, arrayHeaderSize+12*len(times))
-	buf = appendArrayHeader(buf, len(times), false, pgtype.TimestamptzOID)
-	for _, t := range times {
-		buf = binary.BigEndian.AppendUint32(buf, 8)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(t.Unix()*1000000+int64(t.Nanosecond())/1000-unixToY2K))
-	}
-	return buf, nil
+	return appendFixedArray(buf, value.([]time.Time), pgtype.TimestamptzOID, 8, func(buf []byte, t time.Time) []byte {
+		return binary.BigEndian.AppendUint64(buf, uint64(t.Unix()*1000000+int64(t.Nanosecond())/1000-unixToY2K))
+	}), nil
 }
 
 // uuidArray encodes a []uuid.UUID as uuid[].
 type uuidArray struct{}
 
 func (uuidArray) Encode(value any, buf []byte) ([]byte, error) {
-	ids := value.([]uuid.UUID)
-	if ids == nil {
-		return nil, nil
+	return appendFixedArray(buf, value.([]uuid.UUID), pgtype.UUIDOID, 16, func(buf []byte, id uuid.UUID) []byte {
+		return append(buf, id[:]...)
+	}), nil
+}
+
+// appendFixedArray appends elems as an array of type elem whose elements are size bytes each,
+// as put appends them; nil (NULL) for a nil slice, as pgx encodes it.
+func appendFixedArray[T any](buf []byte, elems []T, elem uint32, size int, put func([]byte, T) []byte) []byte {
+	if elems == nil {
+		return nil
 	}
-	buf = slices.Grow(buf, arrayHeaderSize+20*len(ids))
-	buf = appendArrayHeader(buf, len(ids), false, pgtype.UUIDOID)
-	for _, id := range ids {
-		buf = binary.BigEndian.AppendUint32(buf, 16)
-		buf = append(buf, id[:]...)
+	buf = slices.Grow(buf, arrayHeaderSize+(4+size)*len(elems))
+	buf = appendArrayHeader(buf, len(elems), false, elem)
+	for _, e := range elems {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(size))
+		buf = put(buf, e)
 	}
-	return buf, nil
+	return buf
 }
