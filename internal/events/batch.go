@@ -110,9 +110,9 @@ func BatchLimit(nc *nats.Conn) int {
 }
 
 // Bodies returns the envelopes a message holds: its body, or each element of a batch
-// (Content-Type ContentTypeBatch). Readers of the FIRED and DONE streams use it: a node publishes
-// a transaction's fires of a job type, and a worker the outcomes that end together, several in
-// one message. The elements are slices of body, not copies. A batch is split at the commas
+// (Content-Type ContentTypeBatch). Every reader of Agate's streams uses it: a node publishes a
+// transaction's fires of a job type, or its events, and a worker the outcomes that end
+// together, several in one message. The elements are slices of body, not copies. A batch is split at the commas
 // between its elements without reading them: each is read, and checked, by the decoder that
 // takes it (Decode), so an element that is not a readable event fails alone. Validating every
 // element here as well was a tenth of a worker's CPU in a burst.

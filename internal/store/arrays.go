@@ -10,12 +10,13 @@ import (
 )
 
 // EncodeArraysDirectly has pgx encode a []string or [][]byte parameter of type text[], a
-// []time.Time of type timestamptz[] and a []uuid.UUID of type uuid[], in one pass over the slice into a buffer grown once to the
-// array's size. pgx's array codec boxes every element into an interface, finds its element plan,
-// and grows its parameter buffer from 256 bytes by doubling; a [][]byte goes through reflection.
-// Agate's hot statements take their rows as such arrays (a log append carries every event's
-// data), and encoding them was a sixth of a scheduler's CPU in a burst. The bytes sent are those
-// pgx sends (TestEncodeArraysDirectly). Open registers it on every connection.
+// []time.Time of type timestamptz[] and a []uuid.UUID of type uuid[] in one pass over the
+// slice, into a buffer grown once to the array's size. pgx's array codec boxes every element
+// into an interface, finds its element plan, and grows its parameter buffer from 256 bytes by
+// doubling; a [][]byte goes through reflection. Agate's hot statements take their rows as such
+// arrays (a log append carries every event's data), and encoding them was a sixth of a
+// scheduler's CPU in a burst. The bytes sent are those pgx sends (TestEncodeArraysDirectly).
+// Open registers it on every connection; other types and the text format go to pgx's codecs.
 func EncodeArraysDirectly(m *pgtype.Map) {
 	for _, oid := range []uint32{pgtype.TextArrayOID, pgtype.TimestamptzArrayOID, pgtype.UUIDArrayOID} {
 		if t, ok := m.TypeForOID(oid); ok {
@@ -76,8 +77,8 @@ func (textArray[T]) Encode(value any, buf []byte) ([]byte, error) {
 	if elems == nil {
 		return nil, nil // NULL, as pgx encodes a nil slice
 	}
-	bytes, _ := value.([][]byte) // elements that may be NULL
-	null := func(i int) bool { return bytes != nil && bytes[i] == nil }
+	raw, _ := value.([][]byte) // elements that may be NULL
+	null := func(i int) bool { return raw != nil && raw[i] == nil }
 	size, containsNull := arrayHeaderSize, false
 	for i, e := range elems {
 		size += 4 + len(e)

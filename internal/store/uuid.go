@@ -8,7 +8,8 @@ import (
 // EncodeUUIDsAsBytes has pgx encode google/uuid's UUID, alone or in a slice, as the 16 bytes it
 // is. UUID is a driver.Valuer, so pgx otherwise takes its Value — a string — and parses that
 // back, element by element through reflection for an array of fire or event ids: 4 % of a
-// scheduler's CPU while commands came in. Open registers it on every connection.
+// scheduler's CPU while commands came in. Open registers it on every connection. (A slice in
+// the binary format, pgx's choice for uuid[], goes to EncodeArraysDirectly first.)
 func EncodeUUIDsAsBytes(m *pgtype.Map) {
 	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{wrapUUID}, m.TryWrapEncodePlanFuncs...)
 }
