@@ -16,8 +16,7 @@ const WaitingTTL = 50 * time.Millisecond
 // Waiting tells how many messages of fires of a namespace wait for a worker (each a fire, or a
 // batch of them): the sum of NumPending over its workers' consumers. Fires delivered and not
 // acknowledged yet are not counted: a long job holds its fire for minutes without anyone being
-// behind. A reading is used for WaitingTTL, so asking
-// often costs one JetStream request per TTL.
+// behind. A reading is used for WaitingTTL, so asking often costs one JetStream request per TTL.
 type Waiting struct {
 	r *reader
 }
