@@ -41,19 +41,12 @@ var (
 	BatchBuckets = []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000}
 )
 
-// Counter, UpDownCounter and Histogram create an instrument of m. An invalid name or option is a
+// Counter and Histogram create an instrument of m. An invalid name or option is a
 // programming error the instrumentation's tests catch; should one reach a binary, it goes to
 // OpenTelemetry's error handler and the instrument the SDK returned anyway (a no-op at worst)
 // is used, rather than stopping the process.
 func Counter(m metric.Meter, name, unit, description string) metric.Int64Counter {
 	c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(description))
-	handle(name, err)
-	return c
-}
-
-// UpDownCounter: see [Counter].
-func UpDownCounter(m metric.Meter, name, unit, description string) metric.Int64UpDownCounter {
-	c, err := m.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(description))
 	handle(name, err)
 	return c
 }
@@ -73,6 +66,22 @@ func Gauge(m metric.Meter, name, unit, description string) metric.Float64Observa
 	g, err := m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(description))
 	handle(name, err)
 	return g
+}
+
+// ObservableCounter creates an observable counter of m, for a count kept in the owner's own
+// atomic counters and read when a scrape asks, which costs an event an atomic add instead of an
+// instrument call; observe it in a callback as for [Gauge]. See [Counter] for errors.
+func ObservableCounter(m metric.Meter, name, unit, description string) metric.Int64ObservableCounter {
+	c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(description))
+	handle(name, err)
+	return c
+}
+
+// ObservableUpDownCounter: see [ObservableCounter].
+func ObservableUpDownCounter(m metric.Meter, name, unit, description string) metric.Int64ObservableUpDownCounter {
+	c, err := m.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(description))
+	handle(name, err)
+	return c
 }
 
 func handle(name string, err error) {

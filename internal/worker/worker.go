@@ -95,7 +95,7 @@ type Worker struct {
 	outcomes    *outcomes
 	reconnected broadcast // fired each time the NATS connection is re-established
 	running     executions
-	metrics     metrics
+	metrics     *metrics
 	pulling     pulling    // for readiness: whether the pull loops run
 	runners     *warm.Pool // the pull loops' messages and the fires of their batches run on it
 
@@ -195,6 +195,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer unregister()
+	unregisterRuns, err := w.metrics.register()
+	if err != nil {
+		return err
+	}
+	defer unregisterRuns()
 	// Announced while it serves; the last announcement says it stops.
 	started := time.Now().UTC()
 	announceCtx, stopAnnouncing := context.WithCancel(ctx)
