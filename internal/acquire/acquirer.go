@@ -484,7 +484,7 @@ func (a *Acquirer) nextWaiting(ctx context.Context) (time.Time, error) {
 // selectDue reads the triggers due by now+ahead in lock partitions ps, which tx holds.
 func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, ahead time.Duration, ps []int) ([]store.Claim, error) {
 	b := &pgx.Batch{}
-	b.Queue(queries.Get("IndexOrder"))
+	store.QueueIndexOrder(b)
 	b.Queue(queries.Get("SelectDue"), a.cfg.Namespace,
 		now.Add(ahead), now.Add(-a.cfg.MisfireThreshold), a.cfg.Batch, a.cfg.Locks.Count(), ps)
 	br := tx.SendBatch(ctx, b)

@@ -3,7 +3,7 @@
 -- $6: the lock partitions the transaction holds; each row says its own. Then the columns of
 -- internal/fire's LoadForFire (store.FireRow), so that the claims fired at once are not read twice.
 -- Each claim's job is read by its primary key (LATERAL … LIMIT 1, see LoadForFire), and the
--- triggers in triggers_acquire's order (IndexOrder, before it in the same round trip): once
+-- triggers in triggers_acquire's order (store.QueueIndexOrder, in the same round trip): once
 -- autovacuum had analyzed the table, its histogram of next_fire_time ended before now (fire
 -- times only move forward), the planner took every trigger for due, and read the namespace's
 -- triggers (by a sequential scan, or with that off by triggers_job), sorted them and hashed all
@@ -39,12 +39,6 @@ where t.ctid = any(array(select tid from u)) and t.ctid = u.tid
   and t.trigger_group = u.g and t.trigger_name = u.n
   and t.state = u.expect and t.next_fire_time = u.nft
 returning t.trigger_group, t.trigger_name;
-
--- name: IndexOrder
--- For SelectDue (see there): its only cheap plan is then triggers_acquire's order. Until the
--- end of the transaction, whose other statements probe keys or insert.
-select set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_sort', 'off', true);
 
 -- name: NextWaiting
 -- The first entry of triggers_acquire, NULL when none. Not min(next_fire_time): on a table not

@@ -46,8 +46,7 @@ type EventsConfig struct {
 }
 
 // EnsurePartitions creates the log's day partitions from today (the database's clock) to
-// partitionsAhead days ahead, each with the statistics history queries need. Any node may call
-// it at any time.
+// partitionsAhead days ahead. Any node may call it at any time.
 func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `do $$
 declare
@@ -60,8 +59,6 @@ begin
         if to_regclass(p) is null then
             execute format('create table %I partition of events for values from (%L) to (%L)',
                            p, d::timestamp at time zone 'UTC', (d + 1)::timestamp at time zone 'UTC');
-            execute format('create statistics %I on (data->''trigger''->>''group''), (data->''trigger''->>''name'') from %I',
-                           p || '_trigger_key', p);
         end if;
     end loop;
 end $$`)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -231,8 +232,10 @@ func TestSelectDueReadsTheAcquireIndexOnStaleStatistics(t *testing.T) {
 	if err := tx.QueryRow(ctx, "explain (format json) "+acquire.Get("SelectDue"), args...).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("without IndexOrder: %s", planTypes(t, plan))
-	if _, err := tx.Exec(ctx, acquire.Get("IndexOrder")); err != nil {
+	t.Logf("without store.QueueIndexOrder: %s", planTypes(t, plan))
+	batch := &pgx.Batch{}
+	store.QueueIndexOrder(batch)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.QueryRow(ctx, "explain (format json) "+acquire.Get("SelectDue"), args...).Scan(&plan); err != nil {

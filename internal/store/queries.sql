@@ -143,3 +143,9 @@ update triggers
 set next_fire_time = $4, prev_fire_time = $5, times_triggered = $6, schedule = $7, version = version + 1,
     state = $10
 where sched_name = $1 and trigger_group = $2 and trigger_name = $3 and state = $9 and next_fire_time = $8;
+
+-- name: IndexOrder
+-- QueueIndexOrder: until the end of the transaction, sequential scans, bitmap scans and sorts
+-- cost the planner more than any index scan.
+select set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_sort', 'off', true);
