@@ -330,11 +330,11 @@ func exportedMetrics(t *testing.T) map[string]bool {
 				base += "_seconds"
 			}
 			switch sel.Sel.Name {
-			case "Counter":
+			case "Counter", "ObservableCounter":
 				out[base+"_total"] = true
 			case "Histogram":
 				out[base+"_bucket"], out[base+"_sum"], out[base+"_count"] = true, true, true
-			case "UpDownCounter", "Gauge":
+			case "ObservableUpDownCounter", "Gauge":
 				out[base] = true
 			}
 			return true
