@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agatesched/agate/internal/apierr"
 	"github.com/agatesched/agate/internal/events"
@@ -323,7 +322,7 @@ func (h *Handler) history(ctx context.Context, req *history) (any, error) {
 	exact := !strings.Contains(key.Group, ".") && !strings.Contains(key.Name, ".")
 	var seqs []int64
 	var evs []events.Envelope
-	err := inIndexOrder(ctx, h.pool, queries.Get(stmt), []any{h.cfg.Namespace, key.String(), key.Group, key.Name, before, n + 1, exact},
+	err := store.InIndexOrder(ctx, h.pool, queries.Get(stmt), []any{h.cfg.Namespace, key.String(), key.Group, key.Name, before, n + 1, exact},
 		func(rows pgx.Rows) (err error) {
 			evs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (events.Envelope, error) {
 				var e events.Envelope
@@ -348,32 +347,6 @@ func (h *Handler) history(ctx context.Context, req *history) (any, error) {
 		out.NextCursor = encodeCursor("history", seqs[n-1])
 	}
 	return out, nil
-}
-
-// inIndexOrder runs sql in a read-only transaction that reads in index order
-// (store.QueueIndexOrder) and hands its rows to read. A history is a backward scan of the log's
-// aggregate index, over every partition, that stops after the page; the planner cannot know how
-// many events the job of a trigger's fires has (the job comes from the trigger's own events), so
-// on its estimates it read all of a busy job's events and sorted them.
-func inIndexOrder(ctx context.Context, pool *pgxpool.Pool, sql string, args []any, read func(pgx.Rows) error) error {
-	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		store.QueueIndexOrder(b)
-		b.Queue(sql, args...)
-		br := tx.SendBatch(ctx, b)
-		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		if err := read(rows); err != nil {
-			return err
-		}
-		return br.Close()
-	})
 }
 
 type executing struct {

@@ -148,6 +148,10 @@ type planNode struct {
 	Index     string     `json:"Index Name"`
 	IndexCond string     `json:"Index Cond"`
 	Plans     []planNode `json:"Plans"`
+	// With EXPLAIN ANALYZE: the rows returned and filtered out, each a mean over the loops.
+	Rows    float64 `json:"Actual Rows"`
+	Removed float64 `json:"Rows Removed by Filter"`
+	Loops   float64 `json:"Actual Loops"`
 }
 
 // primaryKeyBitmap says whether a Bitmap Heap Scan reads the rows of a range of its table's
@@ -248,6 +252,115 @@ func TestSelectDueReadsTheAcquireIndexOnStaleStatistics(t *testing.T) {
 		case node.Relation == "triggers" && (node.Type != "Index Scan" || node.Index != "triggers_acquire"),
 			node.Type == "Sort":
 			t.Errorf("SelectDue reads triggers by %s %s, not in triggers_acquire's order\n%s", node.Type, node.Index, plan)
+		}
+	}
+}
+
+// A job's newest events are read by a backward scan of the log's aggregate index, over every
+// partition, that stops once it has what it needs: a page of a job's or a trigger's history,
+// the JobFired of an overdue execution. Where the job comes from another row (the trigger's
+// TriggerScheduled, the fired row), the planner cannot know how many events it has, and on its
+// estimates it read all of a busy job's events to sort them for a trigger's history;
+// store.InIndexOrder runs the histories with scans and sorts that read everything off
+// ("Plans", rule 7).
+func TestJobEventLookupsReadAPageOfABusyJob(t *testing.T) {
+	ctx := t.Context()
+	pool := openPool(t, 2)
+	const busy, page = 40000, 51
+	fireID := uuid.New()
+	for _, q := range []string{
+		`do $$ declare p regclass; begin
+		   for p in select inhrelid::regclass from pg_inherits where inhparent = 'events'::regclass loop
+		     execute format('alter table %s set (autovacuum_enabled = false)', p);
+		   end loop; end $$`,
+		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, time, data)
+		 values (gen_random_uuid(), 'plans', 'agate.trigger.scheduled', 'agate/plans/n1', 'trigger', 'g.t1', now(),
+		         '{"trigger": {"group": "g", "name": "t1"}, "job": {"group": "g", "name": "busy"}}')`,
+		// The busy job's fires, of three triggers in turn, among as many events of other jobs.
+		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, time, data)
+		 select gen_random_uuid(), 'plans', 'agate.job.fired', 'agate/plans/n1', 'job', 'g.busy', now(),
+		        json_build_object('fireId', gen_random_uuid(), 'job', json_build_object('group', 'g', 'name', 'busy', 'type', 'noop'),
+		                          'trigger', json_build_object('group', 'g', 'name', 't' || i % 3))
+		 from generate_series(1, ` + strconv.Itoa(busy) + `) i`,
+		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, time, data)
+		 select gen_random_uuid(), 'plans', 'agate.job.fired', 'agate/plans/n1', 'job', 'g.j' || i, now(),
+		        json_build_object('fireId', gen_random_uuid(), 'job', json_build_object('group', 'g', 'name', 'j' || i, 'type', 'noop'),
+		                          'trigger', json_build_object('group', 'g', 'name', 'o' || i))
+		 from generate_series(1, ` + strconv.Itoa(busy) + `) i`,
+		// The busy job's latest fire, an hour ago, has no outcome.
+		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, time, data)
+		 values (gen_random_uuid(), 'plans', 'agate.job.fired', 'agate/plans/n1', 'job', 'g.busy', now(),
+		         json_build_object('fireId', '` + fireID.String() + `'::text, 'trigger', json_build_object('group', 'g', 'name', 't1')))`,
+		`insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,
+		   fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
+		 values ('plans', '` + fireID.String() + `', 'g', 't1', 'g', 'busy', 'n1', now() - interval '1 hour', now() - interval '1 hour',
+		         'EXECUTING', false, false, 5)`,
+		// A burst's executions in flight, none overdue.
+		`insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,
+		   fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
+		 select 'plans', gen_random_uuid(), 'g', 'o' || i, 'g', 'j' || i, 'n1', now(), now(), 'EXECUTING', false, false, 5
+		 from generate_series(1, 20000) i`,
+		`insert into outbox_cursor (sched_name) values ('plans')`,
+		`analyze events`,
+		`analyze fired_triggers`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(path string) store.Queries {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store.ParseQueries(string(b))
+	}
+	query, recovery := read("../query/queries.sql"), read("../recovery/queries.sql")
+	for _, c := range []struct {
+		name     string
+		sql      string
+		args     []any
+		ordered  bool    // run as its package runs it: in index order (store.InIndexOrder), or not
+		returned float64 // rows of the result
+		most     float64 // of the log's rows read, at most
+	}{
+		// The trigger's fires are a third of its job's events.
+		{"query TriggerHistory", query.Get("TriggerHistory"), []any{"plans", "g.t1", "g", "t1", int64(1 << 62), page, true}, true, page, 4 * page},
+		{"query JobHistory", query.Get("JobHistory"), []any{"plans", "g.busy", "g", "busy", int64(1 << 62), page, true}, true, page, page},
+		// Its LIMIT 1 has the planner scan backward without the settings, which would have it
+		// read the fired rows through an index: it runs without them.
+		{"recovery Overdue", recovery.Get("Overdue"), []any{"plans", 3, 60000, 5000, 100}, false, 1, 1},
+	} {
+		var plan []byte
+		explain := "explain (analyze, format json) " + c.sql
+		var err error
+		if c.ordered {
+			err = store.InIndexOrder(ctx, pool, explain, c.args, func(rows pgx.Rows) error {
+				defer rows.Close()
+				for rows.Next() {
+					if err := rows.Scan(&plan); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			})
+		} else {
+			err = pool.QueryRow(ctx, explain, c.args...).Scan(&plan)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		nodes := planNodes(t, plan)
+		var logRows float64
+		for _, n := range nodes {
+			if strings.HasPrefix(n.Relation, "events") {
+				logRows += (n.Rows + n.Removed) * n.Loops
+			}
+		}
+		t.Logf("%s: %.0f rows, %.0f of the log's read: %s", c.name, nodes[0].Rows, logRows, planTypes(t, plan))
+		if nodes[0].Rows != c.returned || logRows > c.most {
+			t.Errorf("%s returned %.0f rows (want %.0f) and read %.0f of the log's (at most %.0f), where the busy job has %d\n%s",
+				c.name, nodes[0].Rows, c.returned, logRows, c.most, busy, plan)
 		}
 	}
 }
