@@ -70,8 +70,8 @@ limit $6;
 -- which are logged under its job: of every job it was ever scheduled for (TriggerScheduled
 -- says which), so the history outlives the trigger. Each branch is a backward scan of
 -- events_aggregate_key that stops after one page ($7 as in JobHistory), run in index order
--- (store.InIndexOrder): the planner cannot tell how many events a job taken from the trigger's own
--- events has, and read all of a busy job's to sort them.
+-- (store.InIndexOrder): the planner cannot tell how many events a job taken from the trigger's
+-- own events has, and read all of a busy job's to sort them.
 with jobs as (
     select distinct data->'job'->>'group' as job_group, data->'job'->>'name' as job_name
     from events

@@ -357,7 +357,18 @@ func TestJobEventLookupsReadAPageOfABusyJob(t *testing.T) {
 				logRows += (n.Rows + n.Removed) * n.Loops
 			}
 		}
-		t.Logf("%s: %.0f rows, %.0f of the log's read: %s", c.name, nodes[0].Rows, logRows, planTypes(t, plan))
+		var top []struct {
+			Ms  float64         `json:"Execution Time"`
+			JIT json.RawMessage `json:"JIT"`
+		}
+		if err := json.Unmarshal(plan, &top); err != nil || len(top) != 1 {
+			t.Fatalf("reading plan: %v\n%s", err, plan)
+		}
+		t.Logf("%s: %.0f rows in %.1f ms, %.0f of the log's read: %s", c.name, nodes[0].Rows, top[0].Ms, logRows, planTypes(t, plan))
+		// The settings price a sort of the page above jit_above_cost: compiling it took 3.3 s.
+		if top[0].JIT != nil {
+			t.Errorf("%s was JIT-compiled: %s", c.name, top[0].JIT)
+		}
 		if nodes[0].Rows != c.returned || logRows > c.most {
 			t.Errorf("%s returned %.0f rows (want %.0f) and read %.0f of the log's (at most %.0f), where the busy job has %d\n%s",
 				c.name, nodes[0].Rows, c.returned, logRows, c.most, busy, plan)
