@@ -112,10 +112,10 @@ func BatchLimit(nc *nats.Conn) int {
 // Bodies returns the envelopes a message holds: its body, or each element of a batch
 // (Content-Type ContentTypeBatch). Every reader of Agate's streams uses it: a node publishes a
 // transaction's fires of a job type, or its events, and a worker the outcomes that end
-// together, several in one message. The elements are slices of body, not copies. A batch is split at the commas
-// between its elements without reading them: each is read, and checked, by the decoder that
-// takes it (Decode), so an element that is not a readable event fails alone. Validating every
-// element here as well was a tenth of a worker's CPU in a burst.
+// together, several in one message. The elements are slices of body, not copies. A batch is
+// split at the commas between its elements without reading them: each is read, and checked, by
+// the decoder that takes it (Decode), so an element that is not a readable event fails alone.
+// Validating every element here as well was a tenth of a worker's CPU in a burst.
 func Bodies(h nats.Header, body []byte) ([][]byte, error) {
 	if h.Get("Content-Type") != ContentTypeBatch {
 		return [][]byte{body}, nil
