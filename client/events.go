@@ -74,8 +74,9 @@ type eventKind struct {
 	job, trigger bool   // its data has "job" {group, name}, "trigger" {group, name}
 }
 
-// eventKinds lists the types this version emits (not the reserved agate.trigger.completed and
-// agate.job.recovered).
+// eventKinds lists the types this version emits: not agate.trigger.completed, which earlier
+// versions logged after a trigger's last fire (its JobFired says COMPLETE), nor the reserved
+// agate.job.recovered.
 var eventKinds = map[string]eventKind{
 	events.TypeCommandAccepted:       {family: "command"},
 	events.TypeCommandRejected:       {family: "command"},
@@ -193,10 +194,10 @@ var errStreamClosed = errors.New("event stream closed")
 // It returns once every reader is in place, so with Follow an event stored after it returns
 // is delivered. Events come in the order JetStream stored them, across the streams: a fire
 // before its outcome even when the worker's clock, which dates the outcome, is behind the
-// scheduler's. Events one transaction logged for different streams (a one-shot's JobFired and
-// the TriggerCompleted its fire logs) may come in either order, and the job's outcome may come
-// before that TriggerCompleted too. With Follow, new events come a
-// quarter of a second after they are stored, held that long to be put in that order. An event
+// scheduler's. Events one transaction logged for different streams (a pass's JobFired events
+// and the ClaimDropped of a claim it did not fire) may come in either order. With Follow, new
+// events come a quarter of a second after they are stored, held that long to be put in that
+// order. An event
 // published again after JetStream's 2-minute duplicate window comes again, with its id.
 //
 // The connection's NATS user needs the producer's rights of docs/contract.md, "NATS

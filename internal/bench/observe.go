@@ -488,7 +488,7 @@ func (o *observer) writeFires(path string, t0 time.Time) error {
 // readApplied reads when the schedulers applied the completions of the bench's one-shot
 // triggers: the time of every JobDeleted on the EVENTS stream that no command logged (the
 // completion step logs one as it deletes the non-durable job a finished one-shot leaves, in the
-// transaction that applies the completion; the fire logs the trigger's TriggerCompleted), as
+// transaction that applies the completion), as
 // many messages of the job subject as the stream holds now. result counts those before the last
 // fire: completions applied while fires are still being made compete with them for the machine
 // (a burst's schedulers hold them back while fires are behind: complete.Config.Backlogged).

@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// The events a fire makes on the hot path (JobFired, a worker's JobCompleted or JobFailed, a
-// one-shot's TriggerCompleted and the JobDeleted of its job) are written by hand, as the
+// The events a fire makes on the hot path (JobFired, a worker's JobCompleted or JobFailed, and
+// the JobDeleted of a one-shot's job) are written by hand, as the
 // envelope is: encoding/json's reflection over them was a sixth of a
 // scheduler's CPU and a tenth of a worker's in the burst (docs/performance-history.md). Each
 // appender writes the bytes encoding/json writes for its type, which
@@ -126,13 +126,6 @@ func (r JobResult) AppendJSON(b []byte) ([]byte, error) {
 			return b, fmt.Errorf("data: %w", err)
 		}
 	}
-	return append(b, '}'), nil
-}
-
-// AppendJSON appends d's JSON to b.
-func (d TriggerRef) AppendJSON(b []byte) ([]byte, error) {
-	b = append(b, `{"trigger":`...)
-	b = d.Trigger.appendJSON(b)
 	return append(b, '}'), nil
 }
 

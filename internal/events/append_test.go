@@ -37,7 +37,6 @@ func TestAppendersAreEncodingJSON(t *testing.T) {
 		JobFired{Data: json.RawMessage{}},
 		JobResult{FinishedTime: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)},
 		JobResult{Data: json.RawMessage(`nul`)},
-		TriggerRef{}, TriggerRef{Trigger: Key{awkward, awkward}},
 		JobGone{}, JobGone{Job: Key{awkward, ""}, Reason: awkward},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))

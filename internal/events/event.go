@@ -107,12 +107,6 @@ func New(typ, source, aggregate, aggregateID, topic string, now time.Time, v any
 	}, nil
 }
 
-// TriggerRef is the data of an event that names its trigger and nothing more
-// (TriggerCompleted, which a one-shot's fire logs).
-type TriggerRef struct {
-	Trigger Key `json:"trigger"`
-}
-
 // JobGone is the data of a JobDeleted that no command logged: the job, and why it went (the
 // end of its last execution, recovery's repairs).
 type JobGone struct {

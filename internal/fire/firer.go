@@ -146,16 +146,11 @@ func (f *Firer) FireNext(ctx context.Context, tx *outbox.Tx, claims []store.Clai
 			}
 		})
 	}
-	doneEvs, err := f.completed(fires, now)
-	if err != nil {
-		return 0, time.Time{}, err
-	}
 	dropEvs, err := f.dropped(drops, now)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
 	tx.Append(evs...)
-	tx.Append(doneEvs...) // after the JobFired that left each trigger COMPLETE, as replay reads them
 	tx.Append(errEvs...)
 	tx.Append(dropEvs...)
 	tx.OnCommit(func() { f.metrics.committed(ctx, fires, drops, now) })
@@ -420,24 +415,6 @@ func (f *Firer) setError(ctx context.Context, tx pgx.Tx, broken []firing, now ti
 			slog.String("trigger", b.claim.Trigger().String()), slog.String("reason", b.state))
 	}
 	return store.SetTriggerError(ctx, tx, f.origin, reasons, now)
-}
-
-// completed builds a TriggerCompleted event for each fire that was its trigger's last: the
-// fire deleted the trigger (UpdateTriggers), while its execution goes on in its fired row.
-func (f *Firer) completed(fires []firing, now time.Time) ([]events.Event, error) {
-	var evs []events.Event
-	for _, fi := range fires {
-		if fi.state != store.StateComplete {
-			continue
-		}
-		k := fi.claim.Trigger()
-		ev, err := f.origin.Trigger(events.TypeTriggerCompleted, k, now, events.TriggerRef{Trigger: k})
-		if err != nil {
-			return nil, err
-		}
-		evs = append(evs, ev)
-	}
-	return evs, nil
 }
 
 // dropped builds a ClaimDropped event per dropped claim.

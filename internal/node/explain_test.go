@@ -55,8 +55,8 @@ func reason(t *testing.T, x query.Explanation, code string, mentions ...string) 
 	return query.Reason{}
 }
 
-// "Why didn't it fire?" for each reason a trigger has, from the rows and the log: completed,
-// failed, paused (by a command, by its group), blocked by a running execution whose job type no
+// "Why didn't it fire?" for each reason a trigger has, from the rows and the log: completed
+// (and ended, its last fire done), failed, paused (by a command, by its group), blocked by a running execution whose job type no
 // worker takes, excluded by its calendar, misfired, not a fire time, deleted, and never there.
 func TestExplain(t *testing.T) {
 	e := newEnv(t)
@@ -108,6 +108,12 @@ func TestExplain(t *testing.T) {
 	e.waitFor(20*time.Second, "g.ok's run completes", func() bool { return has(e.explain(t, "ok", in(0)), "completed") })
 	x := e.explain(t, "ok", in(0))
 	reason(t, x, "fired")
+	reason(t, x, "completed", "w1")
+	// Now: its one fire deleted it, its JobFired saying COMPLETE.
+	x = e.explain(t, "ok", time.Time{})
+	if r := reason(t, x, "ended", "its last fire"); r.FireID == "" || !strings.HasPrefix(x.Summary, "It will not fire: it ended") {
+		t.Errorf("g.ok now: ended reason %+v, summary %q", r, x.Summary)
+	}
 	reason(t, x, "completed", "w1")
 	e.waitFor(20*time.Second, "g.boom's run fails", func() bool { return has(e.explain(t, "boom", in(0)), "failed") })
 	reason(t, e.explain(t, "boom", in(0)), "failed", "disk full", "finally")

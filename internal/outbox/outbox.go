@@ -62,8 +62,8 @@ type Config struct {
 }
 
 // EventBatchDefault is Config.EventBatch's default. The bus's costs are per message more than
-// per byte, and the completion of a fire logs two events for EVENTS (TriggerCompleted,
-// JobDeleted), which a burst's completions now share with the other fires of their transaction.
+// per byte, and the completion of a one-shot's fire logs an event for EVENTS (the JobDeleted of
+// its job), which a burst's completions share with the others of their transaction.
 const EventBatchDefault = 100
 
 // FireBatchDefault is Config.FireBatch's default: a message and its acknowledgements cost

@@ -144,6 +144,7 @@ type explainer struct {
 	job           JobRef
 	nonconcurrent bool
 	own           []logged // the trigger's own events, newest first
+	end           *logged  // the JobFired of its last fire, which deleted it (loadEnd)
 	fired         []firedRow
 	firedRead     bool // fired holds the job's fired rows, read once per explain
 }
@@ -203,6 +204,26 @@ func (x *explainer) load(ctx context.Context, tx pgx.Tx) error {
 				break
 			}
 		}
+		return x.loadEnd(ctx)
+	}
+	return nil
+}
+
+// loadEnd reads the fire that deleted the trigger, its last, when there was one.
+func (x *explainer) loadEnd(ctx context.Context) error {
+	if x.job.Name == "" {
+		return nil
+	}
+	args := []any{x.h.cfg.Namespace, x.job.key().String(), x.key.String(), x.key.Group, x.key.Name}
+	err := store.InIndexOrder(ctx, x.h.pool, queries.Get("ExplainTriggerEnd"), args, func(rows pgx.Rows) error {
+		end, err := pgx.CollectRows(rows, scanLogged)
+		if len(end) > 0 {
+			x.end = &end[0]
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("reading the last fire of trigger %s: %w", x.key, err)
 	}
 	return nil
 }
@@ -212,16 +233,24 @@ func (x *explainer) gone() bool {
 	if x.exist {
 		return false
 	}
+	if e := x.end; e != nil {
+		x.add(Reason{Code: ReasonEnded, Time: e.at(), EventID: e.ID, FireID: e.Data.FireID,
+			Message: fmt.Sprintf("it ended at %s: its last fire, fire %s, deleted it, having no fire time left", stamp(e.Time), e.Data.FireID)})
+		return true
+	}
+own:
 	for _, e := range x.own {
 		switch e.Type {
 		case events.TypeTriggerUnscheduled:
 			x.add(Reason{Code: ReasonDeleted, Time: e.at(), EventID: e.ID,
 				Message: fmt.Sprintf("it was deleted at %s%s", stamp(e.Time), byCommand(e.Data.CommandID))})
 			return true
-		case events.TypeTriggerCompleted:
+		case events.TypeTriggerCompleted: // logged by a last fire before its JobFired said it alone
 			x.add(Reason{Code: ReasonEnded, Time: e.at(), EventID: e.ID,
 				Message: fmt.Sprintf("it ended at %s: its last fire deleted it, having no fire time left", stamp(e.Time))})
 			return true
+		case events.TypeTriggerScheduled:
+			break own // what came before is an earlier trigger's of the same key
 		}
 	}
 	x.add(Reason{Code: ReasonDeleted, Message: "it no longer exists (deleted with its job, or replaced)"})

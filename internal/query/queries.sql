@@ -154,6 +154,26 @@ where events_aggregate_key(sched_name, aggregate, aggregate_id) = events_aggrega
 order by seq desc
 limit $5;
 
+-- name: ExplainTriggerEnd
+-- explain: the fire that deleted trigger $3 ($4, $5), its last: a JobFired of its job $2 saying
+-- COMPLETE, logged since the trigger's latest scheduling (an earlier trigger of the same key had
+-- fires of its own). Run in index order (store.InIndexOrder): a backward scan of
+-- events_aggregate_key from the job's newest event that stops at that fire or at the
+-- scheduling's seq.
+select id, type, source, time, data
+from events
+where events_aggregate_key(sched_name, aggregate, aggregate_id) = events_aggregate_key($1, 'job', $2)
+  and sched_name = $1 and aggregate = 'job' and aggregate_id = $2
+  and seq > coalesce((select max(s.seq) from events s
+                      where events_aggregate_key(s.sched_name, s.aggregate, s.aggregate_id) = events_aggregate_key($1, 'trigger', $3)
+                        and s.sched_name = $1 and s.aggregate = 'trigger' and s.aggregate_id = $3
+                        and s.type = 'agate.trigger.scheduled'
+                        and s.data->'trigger'->>'group' = $4 and s.data->'trigger'->>'name' = $5), 0)
+  and type = 'agate.job.fired' and data->>'triggerState' = 'COMPLETE'
+  and data->'trigger'->>'group' = $4 and data->'trigger'->>'name' = $5
+order by seq desc
+limit 1;
+
 -- name: ExplainGroupEvents
 -- explain: the pauses and resumes of a trigger group ($2) and of every group ('*'), newest first.
 select id, type, source, time, data

@@ -140,7 +140,7 @@ var appliers = map[string]func(*State, Record) error{
 	events.TypeJobDeleted:         (*State).jobDeleted,
 	events.TypeTriggerScheduled:   (*State).triggerScheduled,
 	events.TypeTriggerUnscheduled: (*State).triggerDeleted,
-	events.TypeTriggerCompleted:   (*State).triggerDeleted,
+	events.TypeTriggerCompleted:   (*State).triggerDeleted, // a last fire's, in logs written before its JobFired said it alone
 	events.TypeTriggerRescheduled: (*State).triggerRescheduled,
 	events.TypeTriggerPaused:      (*State).triggerPaused,
 	events.TypeTriggerResumed:     (*State).triggerResumed,
@@ -485,8 +485,8 @@ func (s *State) calendarDeleted(r Record) error {
 	return nil
 }
 
-// jobFired advances the trigger and records the execution in flight; a non-concurrent job's
-// other triggers wait for it. A recovering JobFired fires an execution again: only its fired
+// jobFired advances the trigger, or deletes it after its last fire (COMPLETE), and records the
+// execution in flight; a non-concurrent job's other triggers wait for it. A recovering JobFired fires an execution again: only its fired
 // row changes.
 func (s *State) jobFired(r Record) error {
 	var d events.JobFired
@@ -518,19 +518,23 @@ func (s *State) jobFired(r Record) error {
 		f.RequestsRecovery = j.RequestsRecovery // logged before JobFired said
 	}
 	s.Fired[d.FireID] = f
-	if !d.Nonconcurrent {
-		return nil
+	if d.Nonconcurrent {
+		for _, o := range s.byJob[d.Job.Key()] {
+			if o.Key == d.Trigger {
+				continue
+			}
+			switch o.State {
+			case store.StateWaiting:
+				o.State = store.StateBlocked
+			case store.StatePaused:
+				o.State = store.StatePausedBlocked
+			}
+		}
 	}
-	for _, o := range s.byJob[d.Job.Key()] {
-		if o.Key == d.Trigger {
-			continue
-		}
-		switch o.State {
-		case store.StateWaiting:
-			o.State = store.StateBlocked
-		case store.StatePaused:
-			o.State = store.StatePausedBlocked
-		}
+	if d.TriggerState == store.StateComplete {
+		// The fire deleted the trigger, its last. A log written before the fire said so alone
+		// has a TriggerCompleted after this event, which finds the trigger gone.
+		s.deleteTrigger(d.Trigger)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ type Ending struct {
 	Ended map[uuid.UUID]Ended
 	// Released counts the triggers released.
 	Released int
-	// Events are the TriggerReleased, TriggerCompleted and JobDeleted events of the changes, to be
+	// Events are the TriggerReleased and JobDeleted events of the changes, to be
 	// logged after the outcomes that ended the executions.
 	Events []events.Event
 }

@@ -113,6 +113,7 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 		{"query ExplainTriggerEvents", query.Get("ExplainTriggerEvents"), []any{ns, "g.t7", "g", "t7", 20}, true},
 		{"query ExplainGroupEvents", query.Get("ExplainGroupEvents"), []any{ns, "g"}, true},
 		{"query ExplainJobFires", query.Get("ExplainJobFires"), []any{ns, "g.j7", "2026-01-01T00:00:00Z", "2100-01-01T00:00:00Z", 20}, true},
+		{"query ExplainTriggerEnd", query.Get("ExplainTriggerEnd"), []any{ns, "g.j7", "g.t7", "g", "t7"}, true},
 		{"recovery Overdue", recovery.Get("Overdue"), []any{ns, 3, 60000, 5000, 100}, true},
 	} {
 		var plan []byte
@@ -287,6 +288,14 @@ func TestJobEventLookupsReadAPageOfABusyJob(t *testing.T) {
 		        json_build_object('fireId', gen_random_uuid(), 'job', json_build_object('group', 'g', 'name', 'j' || i, 'type', 'noop'),
 		                          'trigger', json_build_object('group', 'g', 'name', 'o' || i))
 		 from generate_series(1, ` + strconv.Itoa(busy) + `) i`,
+		// A trigger of the busy job scheduled after its fires, and its one fire, its last.
+		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, time, data)
+		 values (gen_random_uuid(), 'plans', 'agate.trigger.scheduled', 'agate/plans/n1', 'trigger', 'g.t9', now(),
+		         '{"trigger": {"group": "g", "name": "t9"}, "job": {"group": "g", "name": "busy"}}')`,
+		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, time, data)
+		 values (gen_random_uuid(), 'plans', 'agate.job.fired', 'agate/plans/n1', 'job', 'g.busy', now(),
+		         json_build_object('fireId', gen_random_uuid(), 'trigger', json_build_object('group', 'g', 'name', 't9'),
+		                           'triggerState', 'COMPLETE'))`,
 		// The busy job's latest fire, an hour ago, has no outcome.
 		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, time, data)
 		 values (gen_random_uuid(), 'plans', 'agate.job.fired', 'agate/plans/n1', 'job', 'g.busy', now(),
@@ -327,6 +336,9 @@ func TestJobEventLookupsReadAPageOfABusyJob(t *testing.T) {
 		// The trigger's fires are a third of its job's events.
 		{"query TriggerHistory", query.Get("TriggerHistory"), []any{"plans", "g.t1", "g", "t1", int64(1 << 62), page, true}, true, page, 4 * page},
 		{"query JobHistory", query.Get("JobHistory"), []any{"plans", "g.busy", "g", "busy", int64(1 << 62), page, true}, true, page, page},
+		// The last fire of a trigger scheduled after the job's other fires: the job's two newest
+		// events, and the trigger's scheduling.
+		{"query ExplainTriggerEnd", query.Get("ExplainTriggerEnd"), []any{"plans", "g.busy", "g.t9", "g", "t9"}, true, 1, 3},
 		// Its LIMIT 1 has the planner scan backward without the settings, which would have it
 		// read the fired rows through an index: it runs without them.
 		{"recovery Overdue", recovery.Get("Overdue"), []any{"plans", 3, 60000, 5000, 100}, false, 1, 1},
