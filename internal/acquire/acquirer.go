@@ -399,7 +399,7 @@ func (a *Acquirer) RunOnce(ctx context.Context) (total Result, err error) {
 func (a *Acquirer) runPartitions(ctx context.Context, ps []int, wait bool) (Result, error) {
 	var res Result
 	var later []store.Claim
-	err := a.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+	err := a.outbox.InHotTx(ctx, func(tx *outbox.Tx) error {
 		later, res = nil, Result{}
 		taken := ps
 		var err error
@@ -481,18 +481,11 @@ func (a *Acquirer) nextWaiting(ctx context.Context) (time.Time, error) {
 	return *next, nil
 }
 
-// selectDue reads the triggers due by now+ahead in lock partitions ps, which tx holds.
+// selectDue reads the triggers due by now+ahead in lock partitions ps, which tx holds. tx is a
+// hot one (store.InHotTx): SelectDue needs its index order.
 func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, ahead time.Duration, ps []int) ([]store.Claim, error) {
-	b := &pgx.Batch{}
-	store.QueueIndexOrder(b)
-	b.Queue(queries.Get("SelectDue"), a.cfg.Namespace,
+	rows, err := tx.Query(ctx, queries.Get("SelectDue"), a.cfg.Namespace,
 		now.Add(ahead), now.Add(-a.cfg.MisfireThreshold), a.cfg.Batch, a.cfg.Locks.Count(), ps)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("selecting due triggers: %w", err)
-	}
-	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("selecting due triggers: %w", err)
 	}
@@ -516,9 +509,6 @@ func (a *Acquirer) selectDue(ctx context.Context, tx pgx.Tx, now time.Time, ahea
 		claims = append(claims, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("selecting due triggers: %w", err)
-	}
-	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("selecting due triggers: %w", err)
 	}
 	return claims, nil

@@ -3,7 +3,7 @@
 -- $6: the lock partitions the transaction holds; each row says its own. Then the columns of
 -- internal/fire's LoadForFire (store.FireRow), so that the claims fired at once are not read twice.
 -- Each claim's job is read by its primary key (LATERAL … LIMIT 1, see LoadForFire), and the
--- triggers in triggers_acquire's order (store.QueueIndexOrder, in the same round trip): once
+-- triggers in triggers_acquire's order (the index order of its transaction, store.InHotTx): once
 -- autovacuum had analyzed the table, its histogram of next_fire_time ended before now (fire
 -- times only move forward), the planner took every trigger for due, and read the namespace's
 -- triggers (by a sequential scan, or with that off by triggers_job), sorted them and hashed all

@@ -613,7 +613,7 @@ func (c *Consumer) applyUnlocked(ctx context.Context, outs []Outcome) (Applied, 
 		return Applied{}, left, nil
 	}
 	var ended map[uuid.UUID]store.Ended
-	err := c.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+	err := c.outbox.InHotTx(ctx, func(tx *outbox.Tx) error {
 		var err error
 		if ended, err = store.EndRepeating(ctx, tx, ids); err != nil {
 			return err
@@ -644,7 +644,7 @@ func (c *Consumer) applyUnlocked(ctx context.Context, outs []Outcome) (Applied, 
 // at most wait for each (store.Locks.WaitPartitionsAsMember; 0: as long as it takes).
 func (c *Consumer) applyLocked(ctx context.Context, outs []Outcome, wait time.Duration) (Applied, error) {
 	var res Applied
-	err := c.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+	err := c.outbox.InHotTx(ctx, func(tx *outbox.Tx) error {
 		res = Applied{}
 		jobs := make([]events.Key, len(outs))
 		for i, o := range outs {

@@ -226,7 +226,7 @@ func (q *Queue) fireDue(ctx context.Context, claims []store.Claim) {
 		group := b.claims
 		g.Go(func() error {
 			fired, groupNext := 0, time.Time{}
-			err := q.outbox.InTx(ctx, func(tx *outbox.Tx) error {
+			err := q.outbox.InHotTx(ctx, func(tx *outbox.Tx) error {
 				waited, err := q.cfg.Locks.WaitPartitionsAsMember(ctx, tx, b.partitions, q.cfg.InstanceID, q.cfg.Member, store.HeldWait)
 				if err != nil {
 					return err

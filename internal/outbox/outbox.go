@@ -187,10 +187,19 @@ type queued struct {
 // transaction, in one statement; once the commit succeeded they are queued for publishing. An
 // event that cannot be queued is in the log, and the sweep publishes it.
 func (o *Outbox) InTx(ctx context.Context, fn func(tx *Tx) error) error {
+	return o.inTx(ctx, store.InTx, fn)
+}
+
+// InHotTx is InTx in a transaction of the fire path (store.InHotTx: generic plans, index order).
+func (o *Outbox) InHotTx(ctx context.Context, fn func(tx *Tx) error) error {
+	return o.inTx(ctx, store.InHotTx, fn)
+}
+
+func (o *Outbox) inTx(ctx context.Context, begin func(context.Context, *pgxpool.Pool, func(pgx.Tx) error) error, fn func(tx *Tx) error) error {
 	var evs []events.Event
 	var onCommit []func()
 	pt := o.pub.begin()
-	err := store.InTx(ctx, o.pool, func(ptx pgx.Tx) error {
+	err := begin(ctx, o.pool, func(ptx pgx.Tx) error {
 		tx := &Tx{Tx: ptx}
 		if err := fn(tx); err != nil {
 			return err

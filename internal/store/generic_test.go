@@ -9,7 +9,8 @@ import (
 )
 
 // CollectGeneric returns the statement's rows, ScanGeneric its row, ExecGeneric runs one, and leaves the transaction planning with custom
-// plans again, also when the statement failed inside a savepoint that was rolled back.
+// plans again, also when the statement failed inside a savepoint that was rolled back; in a hot
+// transaction (InHotTx), with generic plans.
 func TestCollectGenericLeavesCustomPlans(t *testing.T) {
 	ctx := t.Context()
 	pool := openPool(t, 1)
@@ -49,6 +50,22 @@ func TestCollectGenericLeavesCustomPlans(t *testing.T) {
 		}
 		if m := mode(tx); m != "force_custom_plan" {
 			t.Errorf("after a failed statement rolled back: plan_cache_mode %s", m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A hot transaction plans generically throughout, and keeps doing so after one of them.
+	err = store.InHotTx(ctx, pool, func(tx pgx.Tx) error {
+		if m := mode(tx); m != "force_generic_plan" {
+			t.Errorf("in a hot transaction: plan_cache_mode %s", m)
+		}
+		if err := store.ExecGeneric(ctx, tx, "select x from unnest($1::int4[]) x", []int32{1}); err != nil {
+			t.Errorf("ExecGeneric: %v", err)
+		}
+		if m := mode(tx); m != "force_generic_plan" {
+			t.Errorf("in a hot transaction, after ExecGeneric: plan_cache_mode %s", m)
 		}
 		return nil
 	})

@@ -12,9 +12,28 @@ import (
 // sorts off. JIT compilation goes off too: the price those settings give a sort the plan cannot
 // avoid puts it above jit_above_cost (3.3 s to compile a history that runs in 2 ms). It is for
 // a statement whose only good plan is an index scan that stops early, on statistics that tell
-// the planner otherwise (docs/performance.md, "Plans", rules 5 and 7): the acquire pass's
-// SelectDue, and the histories of jobs and triggers (InIndexOrder).
+// the planner otherwise (docs/performance.md, "Plans", rules 5 and 7): the histories of jobs and
+// triggers (InIndexOrder); the fire path's transactions begin with the same settings (InHotTx).
 func QueueIndexOrder(b *pgx.Batch) { b.Queue(queries.Get("IndexOrder")) }
+
+// hotBegin begins a transaction of InHotTx: QueueIndexOrder's settings and generic plans, sent
+// with the BEGIN in one round trip (a statement without parameters goes by the simple protocol,
+// which runs several).
+var hotBegin = "begin; " + queries.Get("IndexOrder") + "; set local plan_cache_mode = force_generic_plan"
+
+// InHotTx is InTx for the fire path's transactions: an acquire pass, the fire queue's, a
+// completion's. Open has every statement planned with its parameters at every execution
+// (force_custom_plan), and these run many times a second: in a steady 5,000 fires a second,
+// planning took 2.6 s of PostgreSQL's CPU in 20 s, 0.45–0.5 ms at every SelectDue and
+// UpdateTriggers (docs/performance.md, "Plans", rule 8). In a hot transaction each statement
+// keeps the plan it was given the first time on its connection (force_generic_plan), and runs
+// in index order (QueueIndexOrder's settings): so ordered, a fire path statement has one plan
+// whatever its parameters and the tables' statistics, by key, by ctid or along an index, and a
+// plan made on an empty table stays good as it grows (TestHotTransactionsNeverScanATable).
+// Inserts from arrays (CollectGeneric) keep their generic plan here too.
+func InHotTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{BeginQuery: hotBegin}, fn)
+}
 
 // InIndexOrder runs sql, a read, in a read-only transaction of its own under QueueIndexOrder's
 // settings, and hands its rows to read. A history reads a job's events newest first by a

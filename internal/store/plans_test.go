@@ -2,11 +2,14 @@ package store_test
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -27,30 +30,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 	ctx := t.Context()
 	pool := openPool(t, 2)
-	const ns, n = "plans", 20000
-	for _, q := range []string{
-		`alter table triggers set (autovacuum_enabled = false)`,
-		`do $$ declare p regclass; begin
-		   for p in select inhrelid::regclass from pg_inherits where inhparent = 'events'::regclass loop
-		     execute format('alter table %s set (autovacuum_enabled = false)', p); -- the log's partitions
-		   end loop; end $$`,
-		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data)
-		 select gen_random_uuid(), 'plans', 'JobFired', 'agate/plans/n1', 'job', 'g.j' || i, 'agate.plans.fired.noop', now(), '{}'
-		 from generate_series(1, 20000) i`,
-		`alter table job_details set (autovacuum_enabled = false)`,
-		`insert into job_details (sched_name, job_group, job_name, job_type) select 'plans', 'g', 'j' || i, 'noop' from generate_series(1, 20000) i`,
-		`insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_name, kind, schedule, start_time, next_fire_time, state)
-		 select 'plans', 'g', 't' || i, 'g', 'j' || i, 'simple', '{}', now(), now(), 'WAITING' from generate_series(1, 20000) i`,
-		`alter table fired_triggers set (autovacuum_enabled = false)`,
-		`insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,
-		   fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
-		 select 'plans', gen_random_uuid(), 'g', 't' || i, 'g', 'j' || i, 'n' || i % 2, now(), now(), 'EXECUTING', false, false, 5
-		 from generate_series(1, 20000) i`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	const ns = "plans"
+	fillNeverAnalyzed(t, pool)
 	var analyzed bool
 	if err := pool.QueryRow(ctx, `select last_analyze is not null or last_autoanalyze is not null
 		from pg_stat_user_tables where relname = 'triggers'`).Scan(&analyzed); err != nil || analyzed {
@@ -58,28 +39,10 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 	}
 
 	const k = 500
-	groups, names, jobs, texts := make([]string, k), make([]string, k), make([]string, k), make([]string, k)
-	times := make([]string, k)
-	for i := range k {
-		groups[i], names[i], jobs[i], texts[i], times[i] = "g", "t"+strconv.Itoa(i+1), "j"+strconv.Itoa(i+1), "WAITING", "2026-01-01T00:00:00Z"
-	}
-	ints := make([]int32, k)
-	tids := make([]pgtype.TID, k) // where a fire transaction read its triggers
-	for i := range tids {
-		tids[i] = pgtype.TID{BlockNumber: uint32(i / 100), OffsetNumber: uint16(i%100 + 1), Valid: true}
-	}
-	ids := make([]uuid.UUID, k)
-	jsons, probes := make([]string, k), make([]bool, k) // events appended, each probed for in the log
-	for i := range ids {
-		ids[i], jsons[i], probes[i] = uuid.New(), "{}", true
-	}
-	read := func(path string) store.Queries {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return store.ParseQueries(string(b))
-	}
+	kl := newKeyLists(k)
+	groups, names, jobs, texts, times, ints, tids := kl.groups, kl.names, kl.jobs, kl.texts, kl.times, kl.ints, kl.tids
+	ids, jsons, probes := kl.ids, kl.jsons, kl.probes
+	read := func(path string) store.Queries { return readQueries(t, path) }
 	fire, acquire, outbox, own := read("../fire/queries.sql"), read("../acquire/queries.sql"), read("../outbox/queries.sql"), read("queries.sql")
 	query, recovery, command := read("../query/queries.sql"), read("../recovery/queries.sql"), read("../command/queries.sql")
 	for _, c := range []struct {
@@ -141,6 +104,157 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A hot transaction (store.InHotTx, the fire path's) plans each statement once per connection
+// and never reads a table by a sequential scan, although that plan was made while the statistics
+// said the tables were empty and they have grown since without an ANALYZE: in index order, each
+// statement has one plan whatever its parameters and the tables' statistics.
+func TestHotTransactionsNeverScanATable(t *testing.T) {
+	ctx := t.Context()
+	pool := openPool(t, 1)                               // one connection: the plans made on the empty tables are the ones used
+	if _, err := pool.Exec(ctx, "analyze"); err != nil { // statistics of empty tables: a scan is cheapest
+		t.Fatal(err)
+	}
+	const ns, k = "plans", 500
+	kl := newKeyLists(k)
+	fire, acquire := readQueries(t, "../fire/queries.sql"), readQueries(t, "../acquire/queries.sql")
+	outbox, own, complete := readQueries(t, "../outbox/queries.sql"), readQueries(t, "queries.sql"), readQueries(t, "../complete/queries.sql")
+	now := time.Now()
+	bools, epochs := make([]bool, k), make([]int64, k)
+	hot := []struct {
+		name, sql string
+		args      []any
+	}{
+		{"store Lock", own.Get("Lock"), []any{ns, "TRIGGER_ACCESS/0"}},
+		{"store TryLocks", own.Get("TryLocks"), []any{ns, []string{"TRIGGER_ACCESS/1"}}},
+		{"store MemberEpoch", own.Get("MemberEpoch"), []any{ns, "n1"}},
+		{"acquire SelectDue", acquire.Get("SelectDue"), []any{ns, now, now.Add(-time.Hour), k, 8, []int32{0}}},
+		{"acquire MarkAcquired", acquire.Get("MarkAcquired"), []any{kl.tids, kl.groups, kl.names, kl.times, kl.texts}},
+		{"store InsertFired", own.Get("InsertFired"), []any{ns, "n1", now, "EXECUTING", kl.ids, kl.groups, kl.names, kl.groups,
+			kl.jobs, kl.times, bools, bools, kl.ints, epochs}},
+		{"fire MarkExecuting", fire.Get("MarkExecuting"), []any{kl.ids, now}},
+		{"fire AlreadyFired", fire.Get("AlreadyFired"), []any{kl.ids}},
+		{"fire LoadForFire", fire.Get("LoadForFire"), []any{ns, kl.groups, kl.names}},
+		{"store LoadCalendars", own.Get("LoadCalendars"), []any{ns, kl.names}},
+		{"fire UpdateTriggers", fire.Get("UpdateTriggers"), []any{kl.tids, kl.groups, kl.names, kl.texts, kl.times, kl.times,
+			kl.ints, kl.times, kl.texts}},
+		{"fire BlockOthers", fire.Get("BlockOthers"), []any{ns, kl.groups, kl.jobs}},
+		{"store SetTriggerError", own.Get("SetTriggerError"), []any{ns, kl.groups, kl.names}},
+		{"store EndRepeatingFired", own.Get("EndRepeatingFired"), []any{kl.ids}},
+		{"store EndFired", own.Get("EndFired"), []any{kl.ids}},
+		{"store DeleteFired", own.Get("DeleteFired"), []any{kl.ids}},
+		{"store ReleaseBlocked", own.Get("ReleaseBlocked"), []any{ns, kl.groups, kl.jobs}},
+		{"store DeleteFinishedJobs", own.Get("DeleteFinishedJobs"), []any{ns, kl.groups, kl.jobs}},
+		{"complete StoreJobData", complete.Get("StoreJobData"), []any{ns, kl.groups, kl.jobs, kl.jsons}},
+		{"outbox AppendFromBus", outbox.Get("AppendFromBus"), []any{ns, kl.ids, kl.texts, kl.texts, kl.texts, kl.texts, kl.texts,
+			kl.times, kl.jsons, kl.texts, kl.probes, "agate/plans/n1"}},
+	}
+	errRollback := errors.New("rolled back")
+	type scan struct {
+		Table string
+		Scans int64
+	}
+	run := func() []scan {
+		var scans []scan
+		err := store.InHotTx(ctx, pool, func(tx pgx.Tx) error {
+			for _, c := range hot {
+				if _, err := tx.Exec(ctx, c.sql, c.args...); err != nil {
+					return fmt.Errorf("%s: %w", c.name, err)
+				}
+			}
+			rows, _ := tx.Query(ctx, `select relname::text, seq_scan from pg_stat_xact_user_tables where seq_scan > 0`)
+			var err error
+			scans, err = pgx.CollectRows(rows, pgx.RowToStructByPos[scan])
+			if err != nil {
+				return err
+			}
+			return errRollback
+		})
+		if !errors.Is(err, errRollback) {
+			t.Fatal(err)
+		}
+		return scans
+	}
+	if scans := run(); len(scans) > 0 { // the plans are made here, on empty tables
+		t.Errorf("sequential scans on empty tables: %+v", scans)
+	}
+	fillNeverAnalyzed(t, pool)
+	if scans := run(); len(scans) > 0 {
+		t.Errorf("sequential scans with the plans made on empty tables, the tables grown to 20,000 rows: %+v", scans)
+	}
+	for _, c := range hot {
+		var generic, custom int64
+		if err := pool.QueryRow(ctx, `select generic_plans, custom_plans from pg_prepared_statements where statement = $1`,
+			c.sql).Scan(&generic, &custom); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if generic != 2 || custom != 0 {
+			t.Errorf("%s: ran with a generic plan %d times and a custom one %d times, want a generic one both times", c.name, generic, custom)
+		}
+	}
+}
+
+// fillNeverAnalyzed gives namespace "plans" 20,000 jobs, triggers, fired rows and events, with
+// autovacuum off on their tables so that no ANALYZE follows.
+func fillNeverAnalyzed(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := t.Context()
+	for _, q := range []string{
+		`alter table triggers set (autovacuum_enabled = false)`,
+		`do $$ declare p regclass; begin
+		   for p in select inhrelid::regclass from pg_inherits where inhparent = 'events'::regclass loop
+		     execute format('alter table %s set (autovacuum_enabled = false)', p); -- the log's partitions
+		   end loop; end $$`,
+		`insert into events (id, sched_name, type, source, aggregate, aggregate_id, nats_subject, time, data)
+		 select gen_random_uuid(), 'plans', 'JobFired', 'agate/plans/n1', 'job', 'g.j' || i, 'agate.plans.fired.noop', now(), '{}'
+		 from generate_series(1, 20000) i`,
+		`alter table job_details set (autovacuum_enabled = false)`,
+		`insert into job_details (sched_name, job_group, job_name, job_type) select 'plans', 'g', 'j' || i, 'noop' from generate_series(1, 20000) i`,
+		`insert into triggers (sched_name, trigger_group, trigger_name, job_group, job_name, kind, schedule, start_time, next_fire_time, state)
+		 select 'plans', 'g', 't' || i, 'g', 'j' || i, 'simple', '{}', now(), now(), 'WAITING' from generate_series(1, 20000) i`,
+		`alter table fired_triggers set (autovacuum_enabled = false)`,
+		`insert into fired_triggers (sched_name, entry_id, trigger_group, trigger_name, job_group, job_name, instance_id,
+		   fired_time, sched_time, state, nonconcurrent, requests_recovery, priority)
+		 select 'plans', gen_random_uuid(), 'g', 't' || i, 'g', 'j' || i, 'n' || i % 2, now(), now(), 'EXECUTING', false, false, 5
+		 from generate_series(1, 20000) i`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// keyLists are the array parameters of the hot statements: k keys g.t1…, g.j1…, states, times
+// and the places a fire transaction read its triggers at, ids and events' data.
+type keyLists struct {
+	groups, names, jobs, texts, times, jsons []string
+	ints                                     []int32
+	tids                                     []pgtype.TID
+	ids                                      []uuid.UUID
+	probes                                   []bool
+}
+
+func newKeyLists(k int) keyLists {
+	kl := keyLists{groups: make([]string, k), names: make([]string, k), jobs: make([]string, k), texts: make([]string, k),
+		times: make([]string, k), jsons: make([]string, k), ints: make([]int32, k), tids: make([]pgtype.TID, k),
+		ids: make([]uuid.UUID, k), probes: make([]bool, k)}
+	for i := range k {
+		kl.groups[i], kl.names[i], kl.jobs[i], kl.texts[i], kl.times[i] = "g", "t"+strconv.Itoa(i+1), "j"+strconv.Itoa(i+1), "WAITING", "2026-01-01T00:00:00Z"
+		kl.tids[i] = pgtype.TID{BlockNumber: uint32(i / 100), OffsetNumber: uint16(i%100 + 1), Valid: true}
+		kl.ids[i], kl.jsons[i], kl.probes[i] = uuid.New(), "{}", true // events appended, each probed for in the log
+	}
+	return kl
+}
+
+// readQueries reads a package's named statements from its queries.sql at path.
+func readQueries(t *testing.T, path string) store.Queries {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store.ParseQueries(string(b))
 }
 
 type planNode struct {
@@ -221,29 +335,18 @@ func TestSelectDueReadsTheAcquireIndexOnStaleStatistics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := os.ReadFile("../acquire/queries.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	acquire := store.ParseQueries(string(b))
+	acquire := readQueries(t, "../acquire/queries.sql")
 	// 70 ms of the flow is due: 350 triggers, where the statistics say all 5,000.
 	args := []any{"plans", "2026-01-01T00:01:00.07Z", "2026-01-01T00:00:00.07Z", 500, 8, []int32{0, 1, 2, 3, 4, 5, 6, 7}}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
 	var plan []byte
-	if err := tx.QueryRow(ctx, "explain (format json) "+acquire.Get("SelectDue"), args...).Scan(&plan); err != nil {
+	if err := pool.QueryRow(ctx, "explain (format json) "+acquire.Get("SelectDue"), args...).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("without store.QueueIndexOrder: %s", planTypes(t, plan))
-	batch := &pgx.Batch{}
-	store.QueueIndexOrder(batch)
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.QueryRow(ctx, "explain (format json) "+acquire.Get("SelectDue"), args...).Scan(&plan); err != nil {
+	t.Logf("outside a hot transaction: %s", planTypes(t, plan))
+	err := store.InHotTx(ctx, pool, func(tx pgx.Tx) error { // as the acquire pass runs it
+		return tx.QueryRow(ctx, "explain (format json) "+acquire.Get("SelectDue"), args...).Scan(&plan)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, node := range planNodes(t, plan) {
@@ -317,14 +420,7 @@ func TestJobEventLookupsReadAPageOfABusyJob(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	read := func(path string) store.Queries {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return store.ParseQueries(string(b))
-	}
-	query, recovery := read("../query/queries.sql"), read("../recovery/queries.sql")
+	query, recovery := readQueries(t, "../query/queries.sql"), readQueries(t, "../recovery/queries.sql")
 	for _, c := range []struct {
 		name     string
 		sql      string
