@@ -112,8 +112,10 @@ func TestHotStatementsProbeKeysOnTablesNeverAnalyzed(t *testing.T) {
 // statement has one plan whatever its parameters and the tables' statistics.
 func TestHotTransactionsNeverScanATable(t *testing.T) {
 	ctx := t.Context()
-	pool := openPool(t, 1)                               // one connection: the plans made on the empty tables are the ones used
-	if _, err := pool.Exec(ctx, "analyze"); err != nil { // statistics of empty tables: a scan is cheapest
+	// One connection: the plans made on the empty tables are the ones used. Their statistics say
+	// they are empty, which prices a sequential scan below any other.
+	pool := openPool(t, 1)
+	if _, err := pool.Exec(ctx, "analyze"); err != nil {
 		t.Fatal(err)
 	}
 	const ns, k = "plans", 500
