@@ -78,7 +78,8 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	// foreign-key checks included (deleting 500 finished jobs: 17.8 ms in the check instead of
 	// 6.3 ms); the hot statements' shapes keep even custom plans from scanning
 	// (TestHotStatementsProbeKeysOnTablesNeverAnalyzed). Inserts from array parameters, which
-	// read no table, keep a generic plan instead (CollectGeneric).
+	// read no table, keep a generic plan instead (CollectGeneric), and so do the fire path's
+	// transactions, which read in index order (InHotTx).
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	// A node frozen in the middle of a transaction (stopped, its VM paused, hung) would hold
 	// the lock rows it took until it went on, for ever if it never does: the other nodes set
