@@ -197,8 +197,8 @@ var errStreamClosed = errors.New("event stream closed")
 // scheduler's. Events one transaction logged for different streams (a pass's JobFired events
 // and the ClaimDropped of a claim it did not fire) may come in either order. With Follow, new
 // events come a quarter of a second after they are stored, held that long to be put in that
-// order. An event
-// published again after JetStream's 2-minute duplicate window comes again, with its id.
+// order. An event published again after JetStream's 2-minute duplicate window comes again,
+// with its id.
 //
 // The connection's NATS user needs the producer's rights of docs/contract.md, "NATS
 // permissions", which include creating consumers on the three streams and pulling from them;

@@ -10,8 +10,8 @@
 // PAUSED_BLOCKED too), else WAITING. Unlike Quartz, which keeps a COMPLETE trigger until its
 // last execution ends, the fire deletes it at once: the execution lives on in its fired row, and
 // one delete costs far less than an update and a later delete. Its JobFired, which states every
-// fired trigger's new state, says COMPLETE; no second event repeats it (docs/contract.md,
-// "JobFired").
+// fired trigger's new state, says COMPLETE; no second event repeats it (docs/contract.md, "A
+// trigger's last fire").
 //
 // Queue holds the claims acquired ahead of their time and fires them when due. Claims whose fire
 // transaction fails, and claims still queued when the node stops, are given back

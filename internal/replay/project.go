@@ -486,8 +486,8 @@ func (s *State) calendarDeleted(r Record) error {
 }
 
 // jobFired advances the trigger, or deletes it after its last fire (COMPLETE), and records the
-// execution in flight; a non-concurrent job's other triggers wait for it. A recovering JobFired fires an execution again: only its fired
-// row changes.
+// execution in flight; a non-concurrent job's other triggers wait for it. A recovering JobFired
+// fires an execution again: only its fired row changes.
 func (s *State) jobFired(r Record) error {
 	var d events.JobFired
 	if err := decode(r, &d); err != nil {
