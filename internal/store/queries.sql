@@ -145,7 +145,7 @@ set next_fire_time = $4, prev_fire_time = $5, times_triggered = $6, schedule = $
 where sched_name = $1 and trigger_group = $2 and trigger_name = $3 and state = $9 and next_fire_time = $8;
 
 -- name: IndexOrder
--- QueueIndexOrder: until the end of the transaction, sequential scans, bitmap scans and sorts
+-- InIndexOrder, InHotTx: until the end of the transaction, sequential scans, bitmap scans and sorts
 -- cost the planner more than any index scan. And no JIT compilation: a plan that keeps a node
 -- so priced (a sort of a page of rows) costs more than jit_above_cost, and compiling it took
 -- 3.3 s where the statement runs in 2 ms (TestJobEventLookupsReadAPageOfABusyJob).
