@@ -69,12 +69,15 @@ type Result struct {
 	// applying completions after it.
 	CPUToCompleted         map[string]float64 `json:"cpuSecondsToCompleted,omitempty"`
 	MeasuredToCompletedSec float64            `json:"measuredToCompletedSec,omitempty"`
-	LeadSec                float64            `json:"leadSec"`
-	SchedulingSec          float64            `json:"schedulingSec"`
-	ScheduledBeforeT0Sec   float64            `json:"scheduledBeforeT0Sec"`
-	FirstFiredAfterT0Sec   float64            `json:"firstFiredAfterT0Sec"`
-	LastFiredAfterT0Sec    float64            `json:"lastFiredAfterT0Sec"`
-	AllCompletedAfterT0Sec float64            `json:"allCompletedAfterT0Sec"`
+	// Machine is what all the machine's CPUs did from T0 until the DONE stream held every
+	// completion, whatever ran on them; nil where /proc/stat cannot be read.
+	Machine                *Machine `json:"machine,omitempty"`
+	LeadSec                float64  `json:"leadSec"`
+	SchedulingSec          float64  `json:"schedulingSec"`
+	ScheduledBeforeT0Sec   float64  `json:"scheduledBeforeT0Sec"`
+	FirstFiredAfterT0Sec   float64  `json:"firstFiredAfterT0Sec"`
+	LastFiredAfterT0Sec    float64  `json:"lastFiredAfterT0Sec"`
+	AllCompletedAfterT0Sec float64  `json:"allCompletedAfterT0Sec"`
 	// AppliedAfterT0Sec: when the schedulers had applied every completion (their consumer of the
 	// DONE stream had nothing pending or unacked); the CPU figures run to it.
 	AppliedAfterT0Sec float64 `json:"appliedAfterT0Sec,omitempty"`

@@ -166,6 +166,10 @@ func writeDetails(w io.Writer, r Result) {
 				r.MeasuredToCompletedSec, cpuSplit(r.CPUToCompleted), t, t/float64(r.Fired)*1e6)
 		}
 	}
+	if m := r.Machine; m != nil {
+		fmt.Fprintf(w, " The machine from T0 until the DONE stream held every completion (%.2f s): %.2f of its %d cores busy, %.1f %% of their time idle, %.1f %% stolen by the hypervisor.",
+			m.Sec, m.BusyCores, runtime.NumCPU(), m.IdlePct, m.StealPct)
+	}
 	fmt.Fprintln(w)
 	if r.DoneMessages > 0 && r.Completions+r.Failed > 0 {
 		fmt.Fprintf(w, "The DONE stream held the %d outcomes in %d messages (%.1f a message: workers publish the outcomes that end together in one).\n",
