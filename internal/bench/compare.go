@@ -45,7 +45,7 @@ func (p PeerResult) result() Result {
 		System: p.Peer + " " + p.Version, Workload: "burst", Param: fmt.Sprintf("N=%d at T0", p.Jobs), Nodes: p.Procs,
 		Workers: p.Procs, Expected: p.Jobs, Completed: p.Jobs - p.Missing, Completions: p.Jobs - p.Missing,
 		E2EPerSec: p.PerSec, StartLate: late, E2ELate: late, Duplicates: p.Duplicates, Missing: p.Missing,
-		AllCompletedAfterT0Sec: p.Seconds, CPU: p.CPU,
+		AllCompletedAfterT0Sec: p.Seconds, CPU: p.CPU, Machine: p.Machine,
 	}
 }
 
@@ -53,18 +53,19 @@ func (p PeerResult) result() Result {
 func writeComparison(w io.Writer, rep Report) {
 	fmt.Fprintln(w, "### Side by side: the burst on Agate and its peers, in this run")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| Agate (nodes) | peer (processes) | Agate e2e/s | peer jobs/s | × throughput | Agate applied/s | × applied | Agate start p99 ms | peer start p99 ms | × p99 | CPU s: Agate's postgres / all | peer's postgres / all |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| Agate (nodes) | peer (processes) | Agate e2e/s | peer jobs/s | × throughput | Agate applied/s | × applied | Agate start p99 ms | peer start p99 ms | × p99 | CPU s: Agate's postgres / all | peer's postgres / all | cores busy: Agate / peer |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, a := range rep.Results {
 		if a.Workload != "burst" {
 			continue
 		}
 		for _, p := range rep.Peers {
-			fmt.Fprintf(w, "| agate (%d) | %s (%d) | %s | %s | ×%s | %s | ×%s | %s | %s | ×%s | %s / %s | %s / %s |\n",
+			fmt.Fprintf(w, "| agate (%d) | %s (%d) | %s | %s | ×%s | %s | ×%s | %s | %s | ×%s | %s / %s | %s / %s | %s / %s |\n",
 				a.Nodes, p.System, p.Nodes, f0(a.E2EPerSec), f0(p.E2EPerSec), ratio(a.E2EPerSec, p.E2EPerSec),
 				f0(a.AppliedPerSec()), ratio(a.AppliedPerSec(), p.E2EPerSec),
 				f1(a.StartLate.P99Ms), f1(p.StartLate.P99Ms), ratio(p.StartLate.P99Ms, a.StartLate.P99Ms),
-				f1(a.CPU["postgres"]), f1(cpuTotal(a.CPU)), f1(p.CPU["postgres"]), f1(cpuTotal(p.CPU)))
+				f1(a.CPU["postgres"]), f1(cpuTotal(a.CPU)), f1(p.CPU["postgres"]), f1(cpuTotal(p.CPU)),
+				a.Machine.busy(), p.Machine.busy())
 		}
 	}
 	fmt.Fprintln(w)
@@ -72,6 +73,7 @@ func writeComparison(w io.Writer, rep Report) {
 		"(River at FetchCooldown 1ms, FetchPollInterval 10ms, MaxWorkers 100, ANALYZE before T0) and internal/bench/quartz "+
 		"(Quartz clustered JobStoreTX, batch 50, 10 threads), on the same PostgreSQL, after Agate's workloads. "+
 		"A peer's CPU counts its processes and PostgreSQL from T0 to all completed. "+
+		"Cores busy: the machine's, whatever ran on them, from T0 to the last completion (/proc/stat). "+
 		"Agate applied/s counts to when the schedulers had also applied every completion (a peer's completion is its database row).")
 	if len(rep.PeersSkipped) > 0 {
 		fmt.Fprintf(w, "Skipped: %s.\n", strings.Join(rep.PeersSkipped, "; "))

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 )
@@ -62,4 +63,12 @@ func machineBetween(from, to cpuTicks, sec float64) *Machine {
 		IdlePct:   100 * (to.idle - from.idle) / total,
 		StealPct:  100 * (to.steal - from.steal) / total,
 	}
+}
+
+// busy is the cores busy to two places, "–" when not measured.
+func (m *Machine) busy() string {
+	if m == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", m.BusyCores)
 }

@@ -39,6 +39,8 @@ type PeerResult struct {
 	// ("postgres", when the server is on this machine: infra.postgresPIDs) and by the peer's
 	// processes ("river" or "quartz").
 	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
+	// Machine is what the machine's CPUs did from T0 until every job completed.
+	Machine *Machine `json:"machine,omitempty"`
 }
 
 // ErrPeerUnavailable says a peer cannot run on this machine: java, javac or the Quartz jars are
@@ -193,6 +195,8 @@ func (b *bench) runPeer(ctx context.Context, cmd *exec.Cmd, peer string, n, proc
 		pids["postgres"] = p
 	}
 	var atT0, atDone map[string]float64
+	var ticksT0, ticksDone cpuTicks // the machine's, at the same moments
+	var t0At, doneAt time.Time
 	var t0Timer *time.Timer
 	var tail []string // the harness's other output, for an error message
 	sc := bufio.NewScanner(stderr)
@@ -214,10 +218,14 @@ func (b *bench) runPeer(ctx context.Context, cmd *exec.Cmd, peer string, n, proc
 				mu.Lock()
 				defer mu.Unlock()
 				atT0 = cpuSeconds(pids)
+				ticksT0, _ = readCPUTicks()
+				t0At = time.Now()
 			})
 		case len(f) == 1 && f[0] == "@done":
 			mu.Lock()
 			atDone = cpuSeconds(pids)
+			ticksDone, _ = readCPUTicks()
+			doneAt = time.Now()
 			mu.Unlock()
 		default:
 			if tail = append(tail, line); len(tail) > 40 {
@@ -251,6 +259,7 @@ func (b *bench) runPeer(ctx context.Context, cmd *exec.Cmd, peer string, n, proc
 		for k := range pids {
 			r.CPU[k] = round1(atDone[k] - atT0[k])
 		}
+		r.Machine = machineBetween(ticksT0, ticksDone, doneAt.Sub(t0At).Seconds())
 	}
 	mu.Unlock()
 	if out.TimedOut {
