@@ -91,6 +91,10 @@ Figures:
                 --database-url when the server runs on this machine and its data_directory
                 can be read), nats-server, each scheduler, each worker, the bench; and all of
                 them per fire
+  machine       the machine's CPUs from T0 until the DONE stream held every completion
+                (/proc/stat, whatever ran on them): cores busy, % idle, % stolen by the
+                hypervisor. Near all cores busy, the run was bound by them; --compare gives
+                the peers' too
 
 Workloads:
   burst     N one-shot triggers all due at T0 (Quartz's W1), on each count of --burst-nodes.
