@@ -20,41 +20,40 @@ type Machine struct {
 // cpuTicks is the first line of /proc/stat: the ticks all CPUs spent in each state.
 type cpuTicks struct{ busy, idle, steal, total float64 }
 
-// readCPUTicks reads /proc/stat; ok is false where it cannot (not Linux).
-func readCPUTicks() (cpuTicks, bool) {
+// readCPUTicks reads /proc/stat; the zero cpuTicks where it cannot (not Linux).
+func readCPUTicks() cpuTicks {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return cpuTicks{}, false
+		return cpuTicks{}
 	}
 	return parseCPUTicks(b)
 }
 
-// parseCPUTicks reads the ticks of the first line of /proc/stat's text b.
-func parseCPUTicks(b []byte) (t cpuTicks, ok bool) {
+// parseCPUTicks reads the ticks of the first line of /proc/stat's text b; the zero cpuTicks
+// when it is not such a line.
+func parseCPUTicks(b []byte) cpuTicks {
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	f := bytes.Fields(line)
 	if len(f) < 9 || string(f[0]) != "cpu" {
-		return t, false
+		return cpuTicks{}
 	}
 	var v [8]float64 // user nice system idle iowait irq softirq steal (guest is inside user)
 	for i := range v {
 		var err error
 		if v[i], err = strconv.ParseFloat(string(f[i+1]), 64); err != nil {
-			return t, false
+			return cpuTicks{}
 		}
 	}
-	t.busy = v[0] + v[1] + v[2] + v[5] + v[6]
-	t.idle = v[3] + v[4]
-	t.steal = v[7]
+	t := cpuTicks{busy: v[0] + v[1] + v[2] + v[5] + v[6], idle: v[3] + v[4], steal: v[7]}
 	t.total = t.busy + t.idle + t.steal
-	return t, true
+	return t
 }
 
 // machineBetween is what the CPUs did between two readings sec seconds apart; nil when either
-// reading failed or no time passed.
+// reading failed (zero) or no time passed.
 func machineBetween(from, to cpuTicks, sec float64) *Machine {
 	total := to.total - from.total
-	if total <= 0 || sec <= 0 {
+	if from.total == 0 || total <= 0 || sec <= 0 {
 		return nil
 	}
 	return &Machine{

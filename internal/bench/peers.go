@@ -218,13 +218,13 @@ func (b *bench) runPeer(ctx context.Context, cmd *exec.Cmd, peer string, n, proc
 				mu.Lock()
 				defer mu.Unlock()
 				atT0 = cpuSeconds(pids)
-				ticksT0, _ = readCPUTicks()
+				ticksT0 = readCPUTicks()
 				t0At = time.Now()
 			})
 		case len(f) == 1 && f[0] == "@done":
 			mu.Lock()
 			atDone = cpuSeconds(pids)
-			ticksDone, _ = readCPUTicks()
+			ticksDone = readCPUTicks()
 			doneAt = time.Now()
 			mu.Unlock()
 		default:

@@ -221,14 +221,13 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	pids := b.pids(cl)
 	cpuBefore := cpuSeconds(pids)
 	// The machine's CPUs from T0: whether the cores were the limit (Result.Machine).
-	ticksAtT0 := make(chan cpuTicks, 1)
+	ticksAtT0 := make(chan cpuTicks, 1) // the zero cpuTicks when ctx ended first
 	go func() {
+		var t cpuTicks
 		if sleepUntil(ctx, t0) {
-			if t, ok := readCPUTicks(); ok {
-				ticksAtT0 <- t
-			}
+			t = readCPUTicks()
 		}
-		close(ticksAtT0)
+		ticksAtT0 <- t
 	}()
 	profiles := func() []string { return nil }
 	if len(cl.pprof) > 0 {
@@ -256,10 +255,9 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	var cpuAfter, cpuCompleted map[string]float64
 	var completedAt, countedAt, appliedAt time.Time
 	var ticksCompleted cpuTicks
-	var ticksOK bool
 	allSeen, timedOut, err := obs.wait(ctx, t0.Add(s.lastDue()), deadline, log, func() {
 		cpuCompleted, completedAt = cpuSeconds(pids), time.Now() // before the read: it may find the run complete
-		ticksCompleted, ticksOK = readCPUTicks()
+		ticksCompleted = readCPUTicks()
 	}, func() {
 		// The schedulers may apply completions after the workers published them (a node yields
 		// to its fires while it has a backlog): a fire's CPU runs until they have.
@@ -322,9 +320,7 @@ func (b *bench) runWorkload(ctx context.Context, s spec) (Result, error) {
 	r.CPUToCompleted = cpuDelta(cpuBefore, cpuCompleted)
 	r.MeasuredToCompletedSec = completedAt.Sub(dbBefore.at).Seconds()
 	r.MeasuredSec = countedAt.Sub(dbBefore.at).Seconds() // the CPU figures' interval
-	if atT0, ok := <-ticksAtT0; ok && ticksOK && completedAt.After(t0) {
-		r.Machine = machineBetween(atT0, ticksCompleted, completedAt.Sub(t0).Seconds())
-	}
+	r.Machine = machineBetween(<-ticksAtT0, ticksCompleted, completedAt.Sub(t0).Seconds())
 	if at := killed.Load(); at > 0 {
 		obs.failover(&r, time.Unix(0, at), t0)
 	}
