@@ -202,6 +202,26 @@ func TestFireGuardClaimKeyedByFireID(t *testing.T) {
 	}
 }
 
+// Two live claims of one trigger for one time (claimed ahead, paused and resumed, claimed
+// again: the first claim's fired row stays) fired in one transaction: the trigger's row is
+// updated once, so one fires and the other is dropped.
+func TestFireOneTransactionFiresATriggerOnce(t *testing.T) {
+	e := setup(t)
+	e.f.Job(t, key("j"), false)
+	e.f.Trigger(t, key("t"), key("j"), testenv.Repeating(time.Minute), t0)
+	a := e.claim(t, key("t"), key("j"), t0, true, false)
+	b := e.claim(t, key("t"), key("j"), t0, true, false)
+	if n := e.fire(t, a, b); n != 1 {
+		t.Fatalf("two claims of one trigger in one transaction fired %d times, want 1", n)
+	}
+	if n := e.countEvents(t, events.TypeJobFired); n != 1 {
+		t.Fatalf("%d JobFired for one (trigger, time), want 1", n)
+	}
+	if n := e.f.Count(t, `select count(*) from fired_triggers where sched_name = $1`); n != 1 {
+		t.Fatalf("%d fired rows left, want the one that fired", n)
+	}
+}
+
 // Guard: a trigger advances only from the state and next fire time its claim was made on. Two
 // claims of one trigger for one time, fired without the lock one after the other: one fire.
 func TestFireGuardTriggerStateAndTime(t *testing.T) {

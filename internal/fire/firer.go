@@ -367,7 +367,11 @@ func (f *Firer) updateTriggers(ctx context.Context, tx pgx.Tx, fires []firing, n
 	var kept []firing
 	var lost []drop
 	for _, fi := range fires {
-		if updated[fi.claim.Trigger()] {
+		// A trigger's row is updated once, for one claim: another claim of it in this transaction
+		// loses. Two can come together: a claim made ahead whose trigger was paused and resumed,
+		// then claimed again, both due in one queue transaction; counted by key, both fired.
+		if k := fi.claim.Trigger(); updated[k] {
+			updated[k] = false
 			kept = append(kept, fi)
 		} else {
 			lost = append(lost, drop{claim: fi.claim, reason: events.DropTriggerChanged, held: true})
