@@ -123,7 +123,7 @@ func Project(ctx context.Context, tx pgx.Tx, ns string) (*State, Snapshot, int, 
 	if err != nil {
 		return nil, snap, 0, fmt.Errorf("replay: %w", err)
 	}
-	n, err := apply(ctx, tx, st, ns, snap.Fence, 0)
+	n, err := apply(ctx, tx, st, ns, snap, 0)
 	if err != nil {
 		return nil, snap, n, fmt.Errorf("replay: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"time"
 
@@ -82,20 +83,32 @@ func decodeState(b []byte) (*State, error) {
 	return s, nil
 }
 
-// Snapshot is a stored projection: the state after every event of the namespace whose
-// transaction id is below Fence.
+// Snapshot is a stored projection: the state after every event of the namespace whose seq is
+// below Below, a prefix of the log.
 type Snapshot struct {
+	Below int64 // the seq fence; 0 for a snapshot taken before migration 022, fenced by Fence
+	// Fence is the next transaction id when the snapshot began: every transaction below it had
+	// ended when it read the log. It orders snapshots; for one taken before migration 022 it is
+	// the fence itself (the oldest transaction then running).
 	Fence   uint64
 	TakenAt time.Time
 	Events  int // events applied to the previous snapshot to make this one
+}
+
+// tail is where replay from s goes on: its events are those at or above both.
+func (s Snapshot) tail() (fromSeq int64, fromXid uint64) {
+	if s.Below > 0 {
+		return s.Below, 0
+	}
+	return 0, s.Fence
 }
 
 // latest reads the namespace's latest snapshot; a namespace without one starts empty, at fence 0.
 func latest(ctx context.Context, tx pgx.Tx, ns string) (*State, Snapshot, error) {
 	var snap Snapshot
 	var state []byte
-	err := tx.QueryRow(ctx, `select fence::text::bigint, taken_at, events, state from event_snapshots
-		where sched_name = $1 order by fence desc limit 1`, ns).Scan(&snap.Fence, &snap.TakenAt, &snap.Events, &state)
+	err := tx.QueryRow(ctx, `select coalesce(seq_below, 0), fence::text::bigint, taken_at, events, state from event_snapshots
+		where sched_name = $1 order by fence desc limit 1`, ns).Scan(&snap.Below, &snap.Fence, &snap.TakenAt, &snap.Events, &state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return NewState(), Snapshot{}, nil
 	}
@@ -106,11 +119,20 @@ func latest(ctx context.Context, tx pgx.Tx, ns string) (*State, Snapshot, error)
 	return st, snap, err
 }
 
-// TakeSnapshot stores the projection of every event of namespace ns committed so far: the
-// latest snapshot plus the events after it. The fence is the oldest transaction still running
-// when it starts, so no event it leaves out is older than one it applied, and replay goes on
-// from there. It keeps the two latest snapshots.
+// snapshotWait bounds how long a snapshot waits for the transactions open when it began.
+const snapshotWait = time.Minute
+
+// TakeSnapshot stores the projection of a prefix of namespace ns's log, every event below a
+// fresh seq fence: the latest snapshot plus the events after it, in log order. The fence is a
+// reserved seq, so every event logged later lies above it; every transaction that may hold a
+// seq below it already has its transaction id (the log's appends take it first, migration 022),
+// so the snapshot waits until every transaction with an id below the next one has ended, and
+// then reads the log. It keeps the two latest snapshots.
 func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, ns string) (Snapshot, error) {
+	below, fence, err := reserveFence(ctx, pool)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
@@ -119,15 +141,11 @@ func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, ns string) (Snapshot,
 	if err := store.AllowIdle(ctx, tx); err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
-	var fence uint64
-	if err := tx.QueryRow(ctx, `select pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&fence); err != nil {
-		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
-	}
 	st, prev, err := latest(ctx, tx, ns)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
-	n, err := apply(ctx, tx, st, ns, prev.Fence, fence)
+	n, err := apply(ctx, tx, st, ns, prev, below)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
@@ -135,11 +153,12 @@ func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, ns string) (Snapshot,
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap := Snapshot{Fence: fence, Events: n}
-	if err := tx.QueryRow(ctx, `insert into event_snapshots (sched_name, fence, events, state)
-		values ($1, $2::text::xid8, $3, $4)
+	snap := Snapshot{Below: below, Fence: fence, Events: n}
+	// Two snapshots with one id fence hold the same events: no transaction began between them.
+	if err := tx.QueryRow(ctx, `insert into event_snapshots (sched_name, fence, seq_below, events, state)
+		values ($1, $2::text::xid8, $3, $4, $5)
 		on conflict (sched_name, fence) do update set taken_at = event_snapshots.taken_at
-		returning taken_at`, ns, strconv.FormatUint(fence, 10), n, body).Scan(&snap.TakenAt); err != nil {
+		returning taken_at`, ns, strconv.FormatUint(fence, 10), below, n, body).Scan(&snap.TakenAt); err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: storing it: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `delete from event_snapshots where sched_name = $1 and fence < all (
@@ -152,16 +171,51 @@ func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, ns string) (Snapshot,
 	return snap, nil
 }
 
-// apply applies to st, in log order, the events of namespace ns whose transaction id is at
-// least from and below to (0: no upper bound). It returns how many it applied.
-func apply(ctx context.Context, tx pgx.Tx, st *State, ns string, from, to uint64) (int, error) {
-	upper := "9223372036854775807"
-	if to > 0 {
-		upper = strconv.FormatUint(to, 10)
+// reserveFence reserves a seq for a snapshot's fence, then waits until every transaction that
+// had an id when it did has ended: after that, every event below the fence is committed or
+// rolled back for good. It returns the fence and the transaction id it waited below.
+func reserveFence(ctx context.Context, pool *pgxpool.Pool) (below int64, xmax uint64, err error) {
+	if err := pool.QueryRow(ctx, `select nextval('events_seq_seq')`).Scan(&below); err != nil {
+		return 0, 0, fmt.Errorf("reserving its fence: %w", err)
 	}
+	// A statement of its own, after the reservation: its snapshot's xmax is above the id of every
+	// transaction that reserved before.
+	if err := pool.QueryRow(ctx, `select pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
+		return 0, 0, fmt.Errorf("reserving its fence: %w", err)
+	}
+	// PostgreSQL has no call that waits for other transactions to end: poll, from 1 ms up to
+	// 100 ms apart.
+	ctx, cancel := context.WithTimeout(ctx, snapshotWait)
+	defer cancel()
+	pause := time.Millisecond
+	for {
+		var oldest uint64
+		if err := pool.QueryRow(ctx, `select pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&oldest); err != nil {
+			return 0, 0, fmt.Errorf("waiting for the transactions open when it began: %w", err)
+		}
+		if oldest >= xmax {
+			return below, xmax, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, fmt.Errorf("transaction %d, open when it began, has not ended (it waits up to %s; "+
+				"pg_stat_activity shows what runs it): %w", oldest, snapshotWait, ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// apply applies to st, in log order, the events of namespace ns after snapshot from and below
+// seq to (0: no upper bound). It returns how many it applied.
+func apply(ctx context.Context, tx pgx.Tx, st *State, ns string, from Snapshot, to int64) (int, error) {
+	if to <= 0 {
+		to = math.MaxInt64
+	}
+	fromSeq, fromXid := from.tail()
 	rows, err := tx.Query(ctx, `select seq, type, source, data::text, coalesce(trace_context, '')
-		from events where sched_name = $1 and xid >= $2::text::xid8 and xid < $3::text::xid8 order by seq`,
-		ns, strconv.FormatUint(from, 10), upper)
+		from events where sched_name = $1 and seq >= $2 and seq < $3 and xid >= $4::text::xid8 order by seq`,
+		ns, fromSeq, to, strconv.FormatUint(fromXid, 10))
 	if err != nil {
 		return 0, fmt.Errorf("reading the log: %w", err)
 	}

@@ -137,7 +137,7 @@ func (e *Events) Pass(ctx context.Context) ([]string, error) {
 				return nil, err
 			}
 			e.cfg.Logger.InfoContext(ctx, "took a snapshot of the event log's projection",
-				slog.Int("events_applied", snap.Events), slog.Uint64("fence_xid", snap.Fence))
+				slog.Int("events_applied", snap.Events), slog.Int64("below_seq", snap.Below))
 		}
 	}
 	if e.cfg.Retention <= 0 {
@@ -238,8 +238,12 @@ func (e *Events) dropExpired(ctx context.Context) ([]string, error) {
 func (e *Events) droppable(ctx context.Context, p partition) (bool, string, error) {
 	t := pgx.Identifier{p.name}.Sanitize()
 	var uncovered bool
-	err := e.pool.QueryRow(ctx, `select exists (select 1 from `+t+` e
-		where e.xid >= coalesce((select max(s.fence) from event_snapshots s where s.sched_name = e.sched_name), '0'::xid8))`).
+	// An event is covered by its namespace's latest snapshot when it is below its seq fence (its
+	// transaction id fence, for a snapshot taken before migration 022).
+	err := e.pool.QueryRow(ctx, `with s as (select distinct on (sched_name) sched_name, fence, seq_below
+			from event_snapshots order by sched_name, fence desc)
+		select exists (select 1 from `+t+` e left join s on s.sched_name = e.sched_name
+			where s.fence is null or e.seq >= s.seq_below or (s.seq_below is null and e.xid >= s.fence))`).
 		Scan(&uncovered)
 	if err != nil {
 		return false, "", fmt.Errorf("checking partition %s against the snapshots: %w", p.name, err)

@@ -1,0 +1,188 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/replay"
+	"github.com/agatesched/agate/internal/store"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestSnapshotIsAPrefixOfTheLog: replay from a snapshot applies the events in the log's order,
+// as a replay of the whole log does, even when transactions commit in another order than the
+// one they took their transaction ids in. Here the transaction with the lowest id logs last,
+// after one with a higher id, while a third with an id between them is still open: a fence on
+// transaction ids (the oldest one running) put the later event in the snapshot and the earlier
+// one after it, and replay applied them the wrong way round.
+func TestSnapshotIsAPrefixOfTheLog(t *testing.T) {
+	ctx := t.Context()
+	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ns := testenv.Namespace(t)
+
+	begin := func() pgx.Tx {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		if _, err := tx.Exec(ctx, `select pg_current_xact_id()`); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	first, open, last := begin(), begin(), begin() // transaction ids in this order
+	logGroup(t, last, ns, events.TypeGroupPaused, "g")
+	commit(t, last)
+	logGroup(t, first, ns, events.TypeGroupResumed, "g")
+	commit(t, first)
+	want, _ := project(t, pool, ns, false)
+	if want.PausedGroups["g"] {
+		t.Fatal("the whole log says group g is paused: it was paused, then resumed")
+	}
+
+	// A snapshot waits for the transactions that may still log before its fence.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = replay.TakeSnapshot(short, pool, ns)
+	cancel()
+	if err == nil {
+		t.Error("a snapshot was taken while a transaction older than its fence was open")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("snapshot: %v, want it to give up at its deadline", err)
+	}
+	if got, _ := project(t, pool, ns, true); !reflect.DeepEqual(got.PausedGroups, want.PausedGroups) {
+		t.Errorf("from the latest snapshot, paused groups %v; from the whole log %v", got.PausedGroups, want.PausedGroups)
+	}
+
+	commit(t, open)
+	if _, err := replay.TakeSnapshot(ctx, pool, ns); err != nil {
+		t.Fatal(err)
+	}
+	// One more event after the snapshot, which replay applies on top of it.
+	tx := begin()
+	logGroup(t, tx, ns, events.TypeGroupPaused, "g")
+	commit(t, tx)
+	want, _ = project(t, pool, ns, false)
+	got, snap := project(t, pool, ns, true)
+	if snap.TakenAt.IsZero() {
+		t.Fatal("no snapshot to replay from")
+	}
+	if !reflect.DeepEqual(got.PausedGroups, want.PausedGroups) || !want.PausedGroups["g"] {
+		t.Errorf("from the snapshot, paused groups %v; from the whole log %v (g paused)", got.PausedGroups, want.PausedGroups)
+	}
+}
+
+// logGroup logs a GroupPaused or GroupResumed of a group, taking its seq as the outbox does.
+func logGroup(t *testing.T, tx pgx.Tx, ns, typ, group string) {
+	t.Helper()
+	_, err := tx.Exec(t.Context(), `insert into events (seq, id, sched_name, type, source, aggregate, aggregate_id, time, data)
+		values ((events_seq_bases(1))[1], gen_random_uuid(), $1, $2, 'agate/test', 'group', $3, now(), json_build_object('group', $3::text))`,
+		ns, typ, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func commit(t *testing.T, tx pgx.Tx) {
+	t.Helper()
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// project replays the namespace's log: from its latest snapshot, if it has one, or the whole
+// log.
+func project(t *testing.T, pool *pgxpool.Pool, ns string, fromSnapshot bool) (*replay.State, replay.Snapshot) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if !fromSnapshot {
+		if _, err := tx.Exec(ctx, `delete from event_snapshots where sched_name = $1`, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, snap, _, err := replay.Project(ctx, tx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, snap
+}
+
+// TestSnapshotFromBeforeMigration22StillServes: a snapshot taken before snapshots were fenced
+// by seq keeps its transaction id fence: replay applies the events at or above it, and the next
+// snapshot, fenced by seq, is built on it.
+func TestSnapshotFromBeforeMigration22StillServes(t *testing.T) {
+	ctx := t.Context()
+	pool, err := store.Open(ctx, testenv.Database(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := store.MigrateTo(ctx, pool, 21); err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.Namespace(t)
+	inTx := func(fn func(pgx.Tx)) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		fn(tx)
+		commit(t, tx)
+	}
+	inTx(func(tx pgx.Tx) { logGroup(t, tx, ns, events.TypeGroupPaused, "g") })
+	// The snapshot as TakeSnapshot stored it then: g paused, fenced at the oldest transaction
+	// running (none: the next id).
+	st := replay.NewState()
+	st.PausedGroups["g"] = true
+	body, err := replay.EncodeState(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into event_snapshots (sched_name, fence, events, state)
+		values ($1, pg_snapshot_xmin(pg_current_snapshot()), 1, $2)`, ns, body); err != nil {
+		t.Fatal(err)
+	}
+	inTx(func(tx pgx.Tx) { logGroup(t, tx, ns, events.TypeGroupPaused, "h") })
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+
+	got, snap := project(t, pool, ns, true)
+	if snap.Below != 0 || snap.Fence == 0 {
+		t.Fatalf("replayed from %+v, want the snapshot fenced by transaction id", snap)
+	}
+	if !got.PausedGroups["g"] || !got.PausedGroups["h"] {
+		t.Errorf("paused groups %v, want g (from the snapshot) and h (logged after it)", got.PausedGroups)
+	}
+	if _, err := replay.TakeSnapshot(ctx, pool, ns); err != nil {
+		t.Fatal(err)
+	}
+	inTx(func(tx pgx.Tx) { logGroup(t, tx, ns, events.TypeGroupResumed, "g") })
+	got, snap = project(t, pool, ns, true)
+	if snap.Below == 0 {
+		t.Fatalf("replayed from %+v, want the new snapshot fenced by seq", snap)
+	}
+	if got.PausedGroups["g"] || !got.PausedGroups["h"] {
+		t.Errorf("paused groups %v, want h alone", got.PausedGroups)
+	}
+}
