@@ -26,12 +26,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // one after it, and replay applied them the wrong way round.
 func TestSnapshotIsAPrefixOfTheLog(t *testing.T) {
 	ctx := t.Context()
-	pool, err := store.Open(ctx, testenv.MigratedDatabase(t), 6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	ns := testenv.Namespace(t)
+	pool, ns := open(t, testenv.MigratedDatabase(t)), testenv.Namespace(t)
 
 	begin := func() pgx.Tx {
 		tx, err := pool.Begin(ctx)
@@ -56,7 +51,7 @@ func TestSnapshotIsAPrefixOfTheLog(t *testing.T) {
 
 	// A snapshot waits for the transactions that may still log before its fence.
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err = replay.TakeSnapshot(short, pool, ns)
+	_, err := replay.TakeSnapshot(short, pool, ns)
 	cancel()
 	if err == nil {
 		t.Error("a snapshot was taken while a transaction older than its fence was open")
@@ -83,6 +78,17 @@ func TestSnapshotIsAPrefixOfTheLog(t *testing.T) {
 	if !reflect.DeepEqual(got.PausedGroups, want.PausedGroups) || !want.PausedGroups["g"] {
 		t.Errorf("from the snapshot, paused groups %v; from the whole log %v (g paused)", got.PausedGroups, want.PausedGroups)
 	}
+}
+
+// open opens a pool on the database at url, closed when the test ends.
+func open(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := store.Open(t.Context(), url, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // logGroup logs a GroupPaused or GroupResumed of a group, taking its seq as the outbox does.
@@ -130,11 +136,7 @@ func project(t *testing.T, pool *pgxpool.Pool, ns string, fromSnapshot bool) (*r
 // snapshot, fenced by seq, is built on it.
 func TestSnapshotFromBeforeMigration22StillServes(t *testing.T) {
 	ctx := t.Context()
-	pool, err := store.Open(ctx, testenv.Database(t), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := open(t, testenv.Database(t))
 	if err := store.MigrateTo(ctx, pool, 21); err != nil {
 		t.Fatal(err)
 	}
