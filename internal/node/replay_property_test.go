@@ -17,9 +17,10 @@ import (
 
 // TestReplayAfterRandomHistories drives two nodes and a worker through random sequences of
 // commands (every kind, valid or not), fires, completions, failures, retries, pauses,
-// interrupts and node and worker restarts, and checks that the tables are what the log says:
-// at random points while everything runs (replay reads the log and the tables in one snapshot,
-// and every transaction writes its rows and its events together) and after the nodes stopped.
+// interrupts and node and worker restarts, and checks that the tables are what the log says
+// (replayed from a snapshot of the projection taken while everything ran): at random points
+// while everything runs (replay reads the log and the tables in one snapshot, and every
+// transaction writes its rows and its events together) and after the nodes stopped.
 // AGATE_REPLAY_SEED replays one sequence.
 func TestReplayAfterRandomHistories(t *testing.T) {
 	seeds := []uint64{uint64(time.Now().UnixNano()), 1, 2}
@@ -93,7 +94,13 @@ func (h *history) run(steps int) {
 	h.killW = h.startWorker()
 	for i := range steps {
 		h.step()
-		if i%10 == 9 {
+		switch i % 10 {
+		case 4:
+			// Replay starts from the latest snapshot, taken while everything runs.
+			if _, err := replay.TakeSnapshot(h.e.t.Context(), h.e.pool, h.e.ns); err != nil {
+				h.e.t.Fatalf("snapshot: %v", err)
+			}
+		case 9:
 			h.checkReplay()
 		}
 	}
