@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agatesched/agate/internal/retry"
 	"github.com/agatesched/agate/internal/store"
 )
 
@@ -187,8 +188,7 @@ func reserveFence(ctx context.Context, pool *pgxpool.Pool) (below int64, xmax ui
 	// 100 ms apart.
 	ctx, cancel := context.WithTimeout(ctx, snapshotWait)
 	defer cancel()
-	pause := time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		var oldest uint64
 		if err := pool.QueryRow(ctx, `select pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&oldest); err != nil {
 			return 0, 0, fmt.Errorf("waiting for the transactions open when it began: %w", err)
@@ -200,9 +200,8 @@ func reserveFence(ctx context.Context, pool *pgxpool.Pool) (below int64, xmax ui
 		case <-ctx.Done():
 			return 0, 0, fmt.Errorf("transaction %d, open when it began, has not ended (it waits up to %s; "+
 				"pg_stat_activity shows what runs it): %w", oldest, snapshotWait, ctx.Err())
-		case <-time.After(pause):
+		case <-time.After(retry.Delay(attempt, time.Millisecond, 100*time.Millisecond)):
 		}
-		pause = min(2*pause, 100*time.Millisecond)
 	}
 }
 

@@ -143,13 +143,9 @@ func TestSnapshotFromBeforeMigration22StillServes(t *testing.T) {
 	ns := testenv.Namespace(t)
 	inTx := func(fn func(pgx.Tx)) {
 		t.Helper()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
+		if err := store.InTx(ctx, pool, func(tx pgx.Tx) error { fn(tx); return nil }); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		fn(tx)
-		commit(t, tx)
 	}
 	inTx(func(tx pgx.Tx) { logGroup(t, tx, ns, events.TypeGroupPaused, "g") })
 	// The snapshot as TakeSnapshot stored it then: g paused, fenced at the oldest transaction

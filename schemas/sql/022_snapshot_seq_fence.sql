@@ -25,7 +25,7 @@ end $$;
 create or replace function events_seq_bases(n integer) returns bigint[] language sql volatile
     as $$ select array(select nextval('events_seq_seq') from generate_series(0, (n - 1) / 4096)) $$;
 -- A seq-fenced snapshot is not an id-fenced one: an event of a transaction below its id fence
--- may lie above its seq fence. Replay falls back to an older id-fenced snapshot, or to the
--- whole log.
+-- may lie above its seq fence. Replay falls back to an id-fenced snapshot if one is left, else
+-- to the whole log; days of the log dropped since a seq-fenced snapshot covered them are gone.
 delete from event_snapshots where seq_below is not null;
 alter table event_snapshots drop column seq_below;
