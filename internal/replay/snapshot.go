@@ -129,12 +129,27 @@ const snapshotWait = time.Minute
 // seq below it already has its transaction id (the log's appends take it first, migration 022),
 // so the snapshot waits until every transaction with an id below the next one has ended, and
 // then reads the log. It keeps the two latest snapshots.
+//
+// A namespace's snapshots are taken one at a time, each on the one before (the nodes' upkeep
+// takes turns, but not with a snapshot taken outside it): two taken side by side could reserve
+// their fences under one transaction id, the key of their rows, and the later one's
+// repeatable-read transaction failed to store it on a serialization error.
 func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, ns string) (Snapshot, error) {
-	below, fence, err := reserveFence(ctx, pool)
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	defer conn.Release()
+	release, err := store.WaitTurn(ctx, conn, "agate:snapshot:"+ns)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	defer release()
+	below, fence, err := reserveFence(ctx, conn)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
@@ -175,13 +190,13 @@ func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, ns string) (Snapshot,
 // reserveFence reserves a seq for a snapshot's fence, then waits until every transaction that
 // had an id when it did has ended: after that, every event below the fence is committed or
 // rolled back for good. It returns the fence and the transaction id it waited below.
-func reserveFence(ctx context.Context, pool *pgxpool.Pool) (below int64, xmax uint64, err error) {
-	if err := pool.QueryRow(ctx, `select nextval('events_seq_seq')`).Scan(&below); err != nil {
+func reserveFence(ctx context.Context, conn *pgxpool.Conn) (below int64, xmax uint64, err error) {
+	if err := conn.QueryRow(ctx, `select nextval('events_seq_seq')`).Scan(&below); err != nil {
 		return 0, 0, fmt.Errorf("reserving its fence: %w", err)
 	}
 	// A statement of its own, after the reservation: its snapshot's xmax is above the id of every
 	// transaction that reserved before.
-	if err := pool.QueryRow(ctx, `select pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
+	if err := conn.QueryRow(ctx, `select pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
 		return 0, 0, fmt.Errorf("reserving its fence: %w", err)
 	}
 	// PostgreSQL has no call that waits for other transactions to end: poll, from 1 ms up to
@@ -190,7 +205,7 @@ func reserveFence(ctx context.Context, pool *pgxpool.Pool) (below int64, xmax ui
 	defer cancel()
 	for attempt := 1; ; attempt++ {
 		var oldest uint64
-		if err := pool.QueryRow(ctx, `select pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&oldest); err != nil {
+		if err := conn.QueryRow(ctx, `select pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&oldest); err != nil {
 			return 0, 0, fmt.Errorf("waiting for the transactions open when it began: %w", err)
 		}
 		if oldest >= xmax {

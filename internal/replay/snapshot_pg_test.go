@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -182,5 +183,46 @@ func TestSnapshotFromBeforeMigration22StillServes(t *testing.T) {
 	}
 	if got.PausedGroups["g"] || !got.PausedGroups["h"] {
 		t.Errorf("paused groups %v, want h alone", got.PausedGroups)
+	}
+}
+
+// TestSnapshotsTakenAtOnce: snapshots of one namespace taken at the same moment (a node's
+// upkeep and an operator's, or two nodes') all succeed, and the latest is the log's projection.
+// Taken side by side, two of them could reserve their fences under the same transaction id and
+// store their rows under one key, and the later one failed on a serialization error.
+func TestSnapshotsTakenAtOnce(t *testing.T) {
+	ctx := t.Context()
+	pool, ns := open(t, testenv.MigratedDatabase(t)), testenv.Namespace(t)
+	const takers, rounds = 4, 5
+	for round := range rounds {
+		if err := store.InTx(ctx, pool, func(tx pgx.Tx) error {
+			logGroup(t, tx, ns, events.TypeGroupPaused, fmt.Sprintf("g%d", round))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		errs := make(chan error, takers)
+		for range takers {
+			go func() {
+				<-start
+				_, err := replay.TakeSnapshot(ctx, pool, ns)
+				errs <- err
+			}()
+		}
+		close(start)
+		for range takers {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+	}
+	want, _ := project(t, pool, ns, false)
+	got, snap := project(t, pool, ns, true)
+	if snap.Below == 0 {
+		t.Fatal("no snapshot to replay from")
+	}
+	if !reflect.DeepEqual(got.PausedGroups, want.PausedGroups) || len(want.PausedGroups) != rounds {
+		t.Errorf("from the snapshot, paused groups %v; from the whole log %v", got.PausedGroups, want.PausedGroups)
 	}
 }

@@ -151,11 +151,6 @@ func (e *Events) Pass(ctx context.Context) ([]string, error) {
 	return dropped, EnsurePartitions(ctx, e.pool)
 }
 
-// Snapshot takes a snapshot now.
-func (e *Events) Snapshot(ctx context.Context) (replay.Snapshot, error) {
-	return replay.TakeSnapshot(ctx, e.pool, e.cfg.Namespace)
-}
-
 var partitionUpper = regexp.MustCompile(`TO \('([^']+)'\)`)
 
 type partition struct {

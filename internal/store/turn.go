@@ -19,10 +19,27 @@ func TryTurn(ctx context.Context, conn *pgxpool.Conn, name string) (release func
 	if !ok {
 		return nil, false, nil
 	}
+	return unlocker(ctx, conn, name), true, nil
+}
+
+// WaitTurn takes the session advisory lock named name on conn, waiting for it while another
+// session holds it, for work that one session at a time may do (a namespace's snapshots). It
+// gives up when ctx ends; release gives it back as TryTurn's does.
+func WaitTurn(ctx context.Context, conn *pgxpool.Conn, name string) (release func(), err error) {
+	if _, err := conn.Exec(ctx, `select pg_advisory_lock(hashtext($1))`, name); err != nil {
+		// A wait cut short may have been granted the lock as it ended: the connection goes
+		// rather than back to the pool.
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("waiting for the %s lock: %w", name, err)
+	}
+	return unlocker(ctx, conn, name), nil
+}
+
+func unlocker(ctx context.Context, conn *pgxpool.Conn, name string) func() {
 	return func() {
 		ctx := context.WithoutCancel(ctx)
 		if _, err := conn.Exec(ctx, `select pg_advisory_unlock(hashtext($1))`, name); err != nil {
 			_ = conn.Conn().Close(ctx)
 		}
-	}, true, nil
+	}
 }
