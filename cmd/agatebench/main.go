@@ -119,7 +119,9 @@ peer's completion is its database row).
 
 Rounds. --rounds N runs everything N times, one round after the other (with --compare, Agate's
 workloads then the peers in each round), reports each round, then the medians over the rounds
-with the range of e2e/s, and Agate's ratio to each peer round by round.
+with the range of e2e/s, Agate's ratio to each peer round by round, and the burst's rate on more
+nodes against the fewest round by round. Even rounds run the burst's node counts in reverse
+order, so that no count always runs first in its round.
 
 --profile DIR writes a CPU profile (--profile-seconds long, from T0) of every scheduler and
 worker process of each workload through its HTTP listener (` + cli.HTTPAddrEnv + ` with ` + cli.PprofEnv + `=true),

@@ -191,7 +191,7 @@ func (b *bench) runRound(ctx context.Context, round int, rep *Report) error {
 			}
 			rep.Intake = append(rep.Intake, r...)
 		case "burst":
-			for _, n := range o.BurstNodes {
+			for _, n := range roundOrder(o.BurstNodes, round) {
 				specs = append(specs, burstSpec(o.BurstN, n))
 			}
 		case "steady":
@@ -227,6 +227,18 @@ func (b *bench) runRound(ctx context.Context, round int, rep *Report) error {
 		}
 	}
 	return nil
+}
+
+// roundOrder is the order in which round runs the node counts: as given in odd rounds, reversed
+// in even ones, so that a drift of the machine's speed within a round (performance.md, "How to
+// read a figure here" in "In short") does not always favour the same count.
+func roundOrder(counts []int, round int) []int {
+	if round%2 == 1 {
+		return counts
+	}
+	r := slices.Clone(counts)
+	slices.Reverse(r)
+	return r
 }
 
 // intake runs the intake workload on each node count, then River's InsertMany.

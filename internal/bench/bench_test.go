@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,33 @@ func TestReportSumsRoundsUp(t *testing.T) {
 	r2 := out[strings.Index(out, "## Round 2 of 3"):strings.Index(out, "## Round 3 of 3")]
 	if !strings.Contains(r2, "| 300 | 300 |") || strings.Contains(r2, "| 100 | 100 |") || strings.Contains(r2, "| 200 | 200 |") {
 		t.Errorf("round 2's section:\n%s", r2)
+	}
+}
+
+// The summary gives a burst's rate on more nodes against the fewest, round by round.
+func TestReportComparesNodeCounts(t *testing.T) {
+	burst := func(round, nodes int, e2e float64) Result {
+		return Result{Round: round, System: "agate", Workload: "burst", Param: "N=10", Nodes: nodes, Fired: 10, Expected: 10,
+			E2EPerSec: e2e}
+	}
+	var b strings.Builder
+	writeReport(&b, Report{Rounds: 2, Env: envInfo{PGSettings: map[string]string{}},
+		Results: []Result{burst(1, 2, 100), burst(1, 4, 150), burst(2, 4, 50), burst(2, 2, 200)}})
+	if want := "| 4 | 2 | 1.50, 0.25 | ×0.88 |"; !strings.Contains(b.String(), want) {
+		t.Errorf("the report lacks %q:\n%s", want, b.String())
+	}
+}
+
+// Even rounds run the node counts in reverse, so that none always runs first in its round.
+func TestRoundOrderAlternates(t *testing.T) {
+	counts := []int{2, 4}
+	for round, want := range map[int][]int{1: {2, 4}, 2: {4, 2}, 3: {2, 4}} {
+		if got := roundOrder(counts, round); !slices.Equal(got, want) {
+			t.Errorf("round %d: %v, want %v", round, got, want)
+		}
+	}
+	if !slices.Equal(counts, []int{2, 4}) {
+		t.Errorf("roundOrder changed its argument: %v", counts)
 	}
 }
 

@@ -53,6 +53,7 @@ func writeRoundsSummary(w io.Writer, rep Report) {
 		fmt.Fprintln(w)
 	}
 	writeRatiosByRound(w, rep)
+	writeNodesByRound(w, rep)
 	writeIntakeByRound(w, rep)
 }
 
@@ -85,6 +86,45 @@ func writeRatiosByRound(w io.Writer, rep Report) {
 				each[i] = strconv.FormatFloat(r, 'f', 2, 64)
 			}
 			fmt.Fprintf(w, "| agate (%d) | %s | %s | ×%.2f |\n", nodes, peer, strings.Join(each, ", "), median(ratios))
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// writeNodesByRound lists, for each burst's node count but the smallest, its end-to-end rate over
+// the smallest count's in every round, and the median of these ratios: whether more nodes fire
+// faster, round by round, as the drift between rounds allows one to tell.
+func writeNodesByRound(w io.Writer, rep Report) {
+	isBurst := func(r Result) (int, bool) { return r.Nodes, r.Workload == "burst" }
+	counts := distinct(rep.Results, isBurst)
+	if len(counts) < 2 {
+		return
+	}
+	base := slices.Min(counts)
+	e2e := func(nodes, round int) float64 {
+		for _, r := range rep.Results {
+			if r.Workload == "burst" && r.Nodes == nodes && r.Round == round {
+				return r.E2EPerSec
+			}
+		}
+		return 0
+	}
+	fmt.Fprintln(w, "| burst on nodes | against nodes | × e2e/s by round | median |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, nodes := range counts {
+		if nodes == base {
+			continue
+		}
+		var ratios []float64
+		var each []string
+		for round := 1; round <= rep.Rounds; round++ {
+			if a, b := e2e(nodes, round), e2e(base, round); a > 0 && b > 0 {
+				ratios = append(ratios, a/b)
+				each = append(each, strconv.FormatFloat(a/b, 'f', 2, 64))
+			}
+		}
+		if len(ratios) > 0 {
+			fmt.Fprintf(w, "| %d | %d | %s | ×%.2f |\n", nodes, base, strings.Join(each, ", "), median(ratios))
 		}
 	}
 	fmt.Fprintln(w)
