@@ -112,7 +112,8 @@ Workloads:
 Side by side. --compare then runs the burst (--burst-n jobs due at one instant, a no-op job) on
 River v0.51.1 (internal/bench/river, a module of its own: FetchCooldown 1ms, FetchPollInterval
 10ms, MaxWorkers 100, ANALYZE before T0) and Quartz 2.3.2 clustered (internal/bench/quartz,
-compiled with javac against Debian's libquartz2-java; skipped with the install line when absent),
+compiled with javac against Debian's libquartz2-java, run with libpostgresql-jdbc-java,
+libc3p0-java and libslf4j-java; skipped with the install line when one is absent),
 with --compare-procs processes each, on the same PostgreSQL, and prints the ratios: of Agate's
 e2e/s, and of its applied/s (the schedulers' bookkeeping of every completion done too; a
 peer's completion is its database row).
@@ -163,7 +164,7 @@ else heavy on the machine while timing.`,
 	f.IntVar(&o.FailoverRate, "failover-rate", 1000, "failover: fires/s demanded while one scheduler is killed")
 	f.DurationVar(&o.FailoverDuration, "failover-duration", 45*time.Second, "failover: how long each trigger repeats (n1 is killed after a third; recovery takes up to 2 × check-in + 7.5 s)")
 	f.IntVar(&o.FailoverNodes, "failover-nodes", 2, "failover: scheduler processes (at least 2)")
-	f.BoolVar(&o.Compare, "compare", false, "after Agate's workloads, run the same burst (--burst-n) on River v0.51.1 (internal/bench/river, fetched by go) and, when Java and Debian's libquartz2-java are installed, on Quartz 2.3.2 clustered (internal/bench/quartz), on the same PostgreSQL, and print the ratios")
+	f.BoolVar(&o.Compare, "compare", false, "after Agate's workloads, run the same burst (--burst-n) on River v0.51.1 (internal/bench/river, fetched by go) and, when Java and Debian's libquartz2-java (with its JDBC, pool and logging packages: see --help) are installed, on Quartz 2.3.2 clustered (internal/bench/quartz), on the same PostgreSQL, and print the ratios")
 	f.IntVar(&o.CompareProcs, "compare-procs", 2, "--compare: River worker processes and Quartz scheduler JVMs")
 	f.IntVar(&o.IntakeN, "intake-n", 20000, "intake: schedule_job commands per measurement")
 	f.StringVar(&intakeNodes, "intake-nodes", "1,2,4", "intake: scheduler process counts to run, comma-separated")
