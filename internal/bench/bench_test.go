@@ -109,6 +109,30 @@ func TestRoundOrderAlternates(t *testing.T) {
 	}
 }
 
+// A flow falls behind when too few fires get through or its lateness doubles from the first
+// window to the last, at the median or the p99.
+func TestBacklogGrows(t *testing.T) {
+	win := func(p50, p99 float64) Window { return Window{P50Ms: p50, P99Ms: p99} }
+	for _, c := range []struct {
+		name   string
+		ws     []Window
+		rate   float64
+		growth bool
+	}{
+		{"keeps pace", []Window{win(10, 30), win(12, 40), win(11, 35)}, 5000, false},
+		{"a steady lag", []Window{win(539, 1390), win(557, 1526), win(654, 1450), win(580, 1201)}, 4820, false},
+		{"the median grows", []Window{win(444, 1430), win(727, 1565), win(1035, 3228), win(1782, 2736)}, 4646, true},
+		{"the p99 grows", []Window{win(10, 60), win(12, 90), win(14, 130)}, 5000, true},
+		{"doubles but stays small", []Window{win(5, 20), win(30, 60)}, 5000, false},
+		{"too few fires", []Window{win(10, 30), win(10, 30)}, 4400, true},
+		{"one window", []Window{win(10, 30)}, 5000, false},
+	} {
+		if got := backlogGrows(c.ws, c.rate, 5000); got != c.growth {
+			t.Errorf("%s: backlogGrows = %v, want %v", c.name, got, c.growth)
+		}
+	}
+}
+
 // A peer's rows are listed beside Agate's in the report, which points at no file outside the
 // repository.
 func TestReportListsPeers(t *testing.T) {

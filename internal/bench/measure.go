@@ -91,8 +91,8 @@ type Result struct {
 	// growing backlog.
 	Windows   []Window `json:"windows,omitempty"`
 	WindowSec int      `json:"windowSec,omitempty"`
-	// BacklogGrows: the last window's p99 is more than twice the first's and above 100 ms, or
-	// fewer than 90 % of the demanded fires/s got through.
+	// BacklogGrows: the last window's p50 or p99 is more than twice the first's and above
+	// 100 ms, or fewer than 90 % of the demanded fires/s got through (backlogGrows).
 	BacklogGrows bool      `json:"backlogGrows"`
 	Failover     *Failover `json:"failover,omitempty"`
 	// AnalyzedBeforeT0 and AnalyzedDuring are the tables autovacuum analyzed while the bench

@@ -403,15 +403,26 @@ func (o *observer) result(s spec, t0 time.Time) Result {
 		win := max(time.Second, (s.lastDue() / 3).Truncate(time.Second))
 		r.WindowSec = int(win / time.Second)
 		r.Windows = windows(comps, t0, win)
-		if len(r.Windows) >= 2 {
-			first, last := r.Windows[0], r.Windows[len(r.Windows)-1]
-			r.BacklogGrows = last.P99Ms > 2*first.P99Ms && last.P99Ms > 100
-		}
-		if r.FiresPerSec < 0.9*s.demand {
-			r.BacklogGrows = true
-		}
+		r.BacklogGrows = backlogGrows(r.Windows, r.FiresPerSec, s.demand)
 	}
 	return r
+}
+
+// backlogGrows says whether a flow of demand fires/s fell behind: fewer than 90 % of them got
+// through, or the last window's start lateness is more than twice the first's, at its median or
+// its p99, and above 100 ms. The median counts too: a flow falling behind late in the run moves
+// the last window's median further than its p99 (444 to 1,782 ms against 1,430 to 2,736 in a
+// steady run of 2026-12-02 that fired 93 % of its demand, which the p99 alone called steady).
+func backlogGrows(ws []Window, firesPerSec, demand float64) bool {
+	if firesPerSec < 0.9*demand {
+		return true
+	}
+	if len(ws) < 2 {
+		return false
+	}
+	first, last := ws[0], ws[len(ws)-1]
+	grew := func(a, b float64) bool { return b > 2*a && b > 100 }
+	return grew(first.P99Ms, last.P99Ms) || grew(first.P50Ms, last.P50Ms)
 }
 
 // failover fills r.Failover: the fires due after the kill and how late they fired.
