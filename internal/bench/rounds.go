@@ -81,11 +81,7 @@ func writeRatiosByRound(w io.Writer, rep Report) {
 			if len(ratios) == 0 {
 				continue
 			}
-			each := make([]string, len(ratios))
-			for i, r := range ratios {
-				each[i] = strconv.FormatFloat(r, 'f', 2, 64)
-			}
-			fmt.Fprintf(w, "| agate (%d) | %s | %s | ×%.2f |\n", nodes, peer, strings.Join(each, ", "), median(ratios))
+			fmt.Fprintf(w, "| agate (%d) | %s | %s | ×%.2f |\n", nodes, peer, joinRatios(ratios), median(ratios))
 		}
 	}
 	fmt.Fprintln(w)
@@ -116,18 +112,25 @@ func writeNodesByRound(w io.Writer, rep Report) {
 			continue
 		}
 		var ratios []float64
-		var each []string
 		for round := 1; round <= rep.Rounds; round++ {
 			if a, b := e2e(nodes, round), e2e(base, round); a > 0 && b > 0 {
 				ratios = append(ratios, a/b)
-				each = append(each, strconv.FormatFloat(a/b, 'f', 2, 64))
 			}
 		}
 		if len(ratios) > 0 {
-			fmt.Fprintf(w, "| %d | %d | %s | ×%.2f |\n", nodes, base, strings.Join(each, ", "), median(ratios))
+			fmt.Fprintf(w, "| %d | %d | %s | ×%.2f |\n", nodes, base, joinRatios(ratios), median(ratios))
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// joinRatios lists ratios, one per round, to two decimals.
+func joinRatios(ratios []float64) string {
+	each := make([]string, len(ratios))
+	for i, r := range ratios {
+		each[i] = strconv.FormatFloat(r, 'f', 2, 64)
+	}
+	return strings.Join(each, ", ")
 }
 
 // writeIntakeByRound lists the intake's rate of every round and its median, per path and nodes.
