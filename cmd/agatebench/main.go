@@ -122,7 +122,9 @@ Rounds. --rounds N runs everything N times, one round after the other (with --co
 workloads then the peers in each round), reports each round, then the medians over the rounds
 with the range of e2e/s, Agate's ratio to each peer round by round, and the burst's rate on more
 nodes against the fewest round by round. Even rounds run the burst's node counts in reverse
-order, so that no count always runs first in its round.
+order, so that no count always runs first in its round. A ratio is marked * when the hypervisor
+took 10 % or more of the cores' time in one of its two runs (/proc/stat's steal), and the median
+of the unmarked ones is given beside the median of all.
 
 --profile DIR writes a CPU profile (--profile-seconds long, from T0) of every scheduler and
 worker process of each workload through its HTTP listener (` + cli.HTTPAddrEnv + ` with ` + cli.PprofEnv + `=true),

@@ -96,6 +96,31 @@ func TestReportComparesNodeCounts(t *testing.T) {
 	}
 }
 
+// A round in which the hypervisor took a tenth of the cores from either run is marked, with the
+// median of the other rounds beside the median of all, in both tables of ratios.
+func TestReportMarksStolenRounds(t *testing.T) {
+	run := func(system string, round, nodes int, e2e, steal float64) Result {
+		return Result{Round: round, System: system, Workload: "burst", Param: "N=10", Nodes: nodes, Fired: 10, Expected: 10,
+			E2EPerSec: e2e, Machine: &Machine{StealPct: steal}}
+	}
+	var b strings.Builder
+	writeReport(&b, Report{Rounds: 3, Env: envInfo{PGSettings: map[string]string{}},
+		Results: []Result{run("agate", 1, 2, 100, 0.2), run("agate", 1, 4, 68, 1.7),
+			run("agate", 2, 2, 100, 0), run("agate", 2, 4, 54, 36.0),
+			run("agate", 3, 2, 100, 3.5), run("agate", 3, 4, 93, 3.1)},
+		Peers: []Result{run("river", 1, 2, 50, 9.9), run("river", 2, 2, 50, 0), run("river", 3, 2, 50, 0)}})
+	for _, want := range []string{
+		"| 4 | 2 | 0.68, 0.54*, 0.93 | ×0.68 (×0.81 without *) |",
+		"| agate (4) | river | 1.36, 1.08*, 1.86 | ×1.36 (×1.61 without *) |",
+		"| agate (2) | river | 2.00, 2.00, 2.00 | ×2.00 |", // 9.9 % is under the mark
+		"\\* the hypervisor took 10 % or more",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
 // Even rounds run the node counts in reverse, so that none always runs first in its round.
 func TestRoundOrderAlternates(t *testing.T) {
 	counts := []int{2, 4}

@@ -65,26 +65,26 @@ func writeRatiosByRound(w io.Writer, rep Report) {
 	}
 	fmt.Fprintln(w, "| Agate (nodes) | peer | × throughput by round | median |")
 	fmt.Fprintln(w, "|---|---|---|---|")
+	var marked bool
 	for _, nodes := range distinct(rep.Results, func(r Result) (int, bool) { return r.Nodes, r.Workload == "burst" }) {
 		for _, peer := range distinct(rep.Peers, func(r Result) (string, bool) { return r.System, true }) {
-			var ratios []float64
+			var ratios []roundRatio
 			for _, a := range rep.Results {
 				if a.Workload != "burst" || a.Nodes != nodes {
 					continue
 				}
 				for _, p := range rep.Peers {
 					if p.System == peer && p.Round == a.Round && p.E2EPerSec > 0 {
-						ratios = append(ratios, a.E2EPerSec/p.E2EPerSec)
+						ratios = append(ratios, ratioOf(a, p))
 					}
 				}
 			}
-			if len(ratios) == 0 {
-				continue
+			if len(ratios) > 0 {
+				marked = writeRatios(w, fmt.Sprintf("agate (%d) | %s", nodes, peer), ratios) || marked
 			}
-			fmt.Fprintf(w, "| agate (%d) | %s | %s | ×%.2f |\n", nodes, peer, joinRatios(ratios), median(ratios))
 		}
 	}
-	fmt.Fprintln(w)
+	writeStolenNote(w, marked)
 }
 
 // writeNodesByRound lists, for each burst's node count but the smallest, its end-to-end rate over
@@ -97,40 +97,82 @@ func writeNodesByRound(w io.Writer, rep Report) {
 		return
 	}
 	base := slices.Min(counts)
-	e2e := func(nodes, round int) float64 {
+	burst := func(nodes, round int) Result {
 		for _, r := range rep.Results {
 			if r.Workload == "burst" && r.Nodes == nodes && r.Round == round {
-				return r.E2EPerSec
+				return r
 			}
 		}
-		return 0
+		return Result{}
 	}
 	fmt.Fprintln(w, "| burst on nodes | against nodes | × e2e/s by round | median |")
 	fmt.Fprintln(w, "|---|---|---|---|")
+	var marked bool
 	for _, nodes := range counts {
 		if nodes == base {
 			continue
 		}
-		var ratios []float64
+		var ratios []roundRatio
 		for round := 1; round <= rep.Rounds; round++ {
-			if a, b := e2e(nodes, round), e2e(base, round); a > 0 && b > 0 {
-				ratios = append(ratios, a/b)
+			if a, b := burst(nodes, round), burst(base, round); a.E2EPerSec > 0 && b.E2EPerSec > 0 {
+				ratios = append(ratios, ratioOf(a, b))
 			}
 		}
 		if len(ratios) > 0 {
-			fmt.Fprintf(w, "| %d | %d | %s | ×%.2f |\n", nodes, base, joinRatios(ratios), median(ratios))
+			marked = writeRatios(w, fmt.Sprintf("%d | %d", nodes, base), ratios) || marked
 		}
 	}
-	fmt.Fprintln(w)
+	writeStolenNote(w, marked)
 }
 
-// joinRatios lists ratios, one per round, to two decimals.
-func joinRatios(ratios []float64) string {
+// stolenFrom is the share of the cores' time the hypervisor took (Machine.StealPct) from which
+// a round's ratio is marked: a neighbour then had the cores for a part of one run and not of
+// the other (36 % in one run of a round where every other had under 4 %, 2026-12-02), and the
+// ratio says more about the machine than about the systems.
+const stolenFrom = 10.0
+
+// roundRatio is one round's end-to-end rate of one run over another's; stolen: the hypervisor took
+// stolenFrom or more of the cores' time in either run.
+type roundRatio struct {
+	v      float64
+	stolen bool
+}
+
+// ratioOf is a's end-to-end rate over b's, which must not be 0.
+func ratioOf(a, b Result) roundRatio {
+	stolen := func(r Result) bool { return r.Machine != nil && r.Machine.StealPct >= stolenFrom }
+	return roundRatio{v: a.E2EPerSec / b.E2EPerSec, stolen: stolen(a) || stolen(b)}
+}
+
+// writeRatios writes a table row: the cells of what is compared, the ratios by round (to two
+// decimals, a stolen one marked *) and their median, with the median of the others when some are
+// marked. It reports whether any was.
+func writeRatios(w io.Writer, cells string, ratios []roundRatio) (marked bool) {
 	each := make([]string, len(ratios))
+	var all, clean []float64
 	for i, r := range ratios {
-		each[i] = strconv.FormatFloat(r, 'f', 2, 64)
+		each[i] = strconv.FormatFloat(r.v, 'f', 2, 64)
+		all = append(all, r.v)
+		if r.stolen {
+			each[i] += "*"
+		} else {
+			clean = append(clean, r.v)
+		}
 	}
-	return strings.Join(each, ", ")
+	med := fmt.Sprintf("×%.2f", median(all))
+	if len(clean) < len(all) && len(clean) > 0 {
+		med += fmt.Sprintf(" (×%.2f without *)", median(clean))
+	}
+	fmt.Fprintf(w, "| %s | %s | %s |\n", cells, strings.Join(each, ", "), med)
+	return len(clean) < len(all)
+}
+
+// writeStolenNote ends a table of ratios, saying what * means when a ratio was marked.
+func writeStolenNote(w io.Writer, marked bool) {
+	fmt.Fprintln(w)
+	if marked {
+		fmt.Fprintf(w, "\\* the hypervisor took %.0f %% or more of the cores' time in one of the round's runs (`/proc/stat`): the machine, more than the systems, set that ratio.\n\n", stolenFrom)
+	}
 }
 
 // writeIntakeByRound lists the intake's rate of every round and its median, per path and nodes.
