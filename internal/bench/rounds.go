@@ -66,7 +66,7 @@ func writeRatiosByRound(w io.Writer, rep Report) {
 	fmt.Fprintln(w, "| Agate (nodes) | peer | × throughput by round | median |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	var marked bool
-	for _, nodes := range distinct(rep.Results, func(r Result) (int, bool) { return r.Nodes, r.Workload == "burst" }) {
+	for _, nodes := range distinct(rep.Results, burstNodes) {
 		for _, peer := range distinct(rep.Peers, func(r Result) (string, bool) { return r.System, true }) {
 			var ratios []roundRatio
 			for _, a := range rep.Results {
@@ -91,8 +91,7 @@ func writeRatiosByRound(w io.Writer, rep Report) {
 // the smallest count's in every round, and the median of these ratios: whether more nodes fire
 // faster, round by round, as the drift between rounds allows one to tell.
 func writeNodesByRound(w io.Writer, rep Report) {
-	isBurst := func(r Result) (int, bool) { return r.Nodes, r.Workload == "burst" }
-	counts := distinct(rep.Results, isBurst)
+	counts := distinct(rep.Results, burstNodes)
 	if len(counts) < 2 {
 		return
 	}
@@ -124,6 +123,9 @@ func writeNodesByRound(w io.Writer, rep Report) {
 	}
 	writeStolenNote(w, marked)
 }
+
+// burstNodes is a burst's node count, for distinct; false for the other workloads.
+func burstNodes(r Result) (int, bool) { return r.Nodes, r.Workload == "burst" }
 
 // stolenFrom is the share of the cores' time the hypervisor took (Machine.StealPct) from which
 // a round's ratio is marked: a neighbour then had the cores for a part of one run and not of
