@@ -194,9 +194,12 @@ func reserveFence(ctx context.Context, conn *pgxpool.Conn) (below int64, xmax ui
 	if err := conn.QueryRow(ctx, `select nextval('events_seq_seq')`).Scan(&below); err != nil {
 		return 0, 0, fmt.Errorf("reserving its fence: %w", err)
 	}
-	// A statement of its own, after the reservation: its snapshot's xmax is above the id of every
-	// transaction that reserved before.
-	if err := conn.QueryRow(ctx, `select pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
+	// A transaction of its own, after the reservation, takes an id: it is above the id of every
+	// transaction that reserved before, and once it has ended a snapshot's xmin counts every
+	// transaction below it that is still running. (A snapshot's xmax is not the next id to be
+	// taken but the newest ended one + 1: a running transaction at or above it, which may hold a
+	// seq below the fence, is left out of the snapshot's xmin.)
+	if err := conn.QueryRow(ctx, `select pg_current_xact_id()::text::bigint + 1`).Scan(&xmax); err != nil {
 		return 0, 0, fmt.Errorf("reserving its fence: %w", err)
 	}
 	// PostgreSQL has no call that waits for other transactions to end: poll, from 1 ms up to

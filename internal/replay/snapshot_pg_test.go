@@ -81,6 +81,38 @@ func TestSnapshotIsAPrefixOfTheLog(t *testing.T) {
 	}
 }
 
+// TestSnapshotWaitsForTheNewestTransaction: a transaction that reserved a seq below the fence
+// and is still open holds back the snapshot, also when its id is the newest one taken, above
+// every transaction that has ended. PostgreSQL leaves such a transaction out of a snapshot's
+// xmin (it counts only those below xmax, the newest ended id + 1), so a fence read from
+// pg_current_snapshot() did not wait for it: the snapshot missed its events, and replay from
+// it found later events naming a trigger the log had never created.
+func TestSnapshotWaitsForTheNewestTransaction(t *testing.T) {
+	ctx := t.Context()
+	pool, ns := open(t, testenv.MigratedDatabase(t)), testenv.Namespace(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	logGroup(t, tx, ns, events.TypeGroupPaused, "g") // takes its id, then its seq
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	snap, err := replay.TakeSnapshot(short, pool, ns)
+	cancel()
+	if err == nil {
+		t.Fatalf("a snapshot (below seq %d) was taken while a transaction holding a seq below it was open", snap.Below)
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("snapshot: %v, want it to give up at its deadline", err)
+	}
+	commit(t, tx)
+	if _, err := replay.TakeSnapshot(ctx, pool, ns); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := project(t, pool, ns, true); !got.PausedGroups["g"] {
+		t.Errorf("from the latest snapshot, paused groups %v; the log paused g", got.PausedGroups)
+	}
+}
+
 // open opens a pool on the database at url, closed when the test ends.
 func open(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
