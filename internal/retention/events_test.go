@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/replay"
 	"github.com/agatesched/agate/internal/retention"
 )
 
@@ -21,6 +22,12 @@ func TestDroppingADayDoesNotBlockTheLog(t *testing.T) {
 	f := testenv.NewFixture(t, 0)
 	ns := f.Namespace()
 	ctx := t.Context()
+	// The namespace's snapshot is taken first: a snapshot waits for every transaction that may
+	// log below its fence, as the open one below may, and the pass takes none (its interval is
+	// an hour).
+	if _, err := replay.TakeSnapshot(ctx, f.Pool, ns); err != nil {
+		t.Fatal(err)
+	}
 
 	// A transaction of a firing node, open while the drop starts.
 	open, err := f.Pool.Begin(ctx)
