@@ -26,6 +26,7 @@ func (e exitStatus) Unwrap() error { return e.err }
 func replayCommand() *cobra.Command {
 	var databaseURL, namespace, schema string
 	var limit int
+	var fromStart bool
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Rebuild a namespace's tables from its event log and diff them against the live ones",
@@ -39,10 +40,16 @@ ACQUIRED trigger is compared as WAITING and ACQUIRED fired rows are left out. Fi
 commit while replay reads are not seen; run it on a quiet namespace or expect the
 executions in flight to show up.
 
+Replay starts from the namespace's latest snapshot of the log's projection (nodes store one
+every --snapshot-interval). --from-start ignores the snapshots and applies the whole log: when
+it agrees with the live tables and the replay from the snapshot does not, the snapshot lacks an
+event. It needs the log's first day, which --event-retention drops once a snapshot covers it.
+
 Exit status: 0 the tables are what the log says; 1 they differ (the rows are printed);
 2 replay could not run (the message says why).`,
 		Example: `  scheduler replay --database-url postgres://agate@db/agate --namespace default
-  scheduler replay --namespace billing --limit 20`,
+  scheduler replay --namespace billing --limit 20
+  scheduler replay --namespace billing --from-start`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if databaseURL == "" {
@@ -57,7 +64,7 @@ Exit status: 0 the tables are what the log says; 1 they differ (the rows are pri
 				return exitStatus{2, err}
 			}
 			defer pool.Close()
-			rep, err := replay.Run(ctx, pool, namespace, replay.Options{Schema: schema, MaxDifferences: limit})
+			rep, err := replay.Run(ctx, pool, namespace, replay.Options{Schema: schema, MaxDifferences: limit, FromStart: fromStart})
 			if err != nil {
 				return exitStatus{2, err}
 			}
@@ -75,6 +82,7 @@ Exit status: 0 the tables are what the log says; 1 they differ (the rows are pri
 	cli.BindEnv(f, "namespace", "AGATE_NAMESPACE")
 	f.StringVar(&schema, "schema", "", "scratch schema for the replayed tables (default agate_replay_<namespace>)")
 	f.IntVar(&limit, "limit", 100, "most differing rows printed per table")
+	f.BoolVar(&fromStart, "from-start", false, "replay the whole log, ignoring the snapshots (the log must still hold its first day)")
 	return cmd
 }
 

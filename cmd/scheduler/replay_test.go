@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agatesched/agate/internal/devenv/testenv"
+	"github.com/agatesched/agate/internal/replay"
+	"github.com/agatesched/agate/internal/store"
 )
 
 // runReplay runs `scheduler replay` as a process and returns its output and exit status.
@@ -49,6 +51,21 @@ func TestReplayExitStatus(t *testing.T) {
 	out, code = runReplay(t, "--database-url", url, "--namespace", "ns1")
 	if code != 1 || !strings.Contains(out, "calendars by-hand: only in the live table") {
 		t.Fatalf("replay after a write that was not logged: status %d\n%s", code, out)
+	}
+	// With a snapshot, replay starts from it; --from-start applies the whole log.
+	pool, err := store.Open(t.Context(), url, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := replay.TakeSnapshot(t.Context(), pool, "ns2"); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := runReplay(t, "--database-url", url, "--namespace", "ns2"); code != 0 || !strings.Contains(out, "from the snapshot of") {
+		t.Fatalf("replay of a namespace with a snapshot: status %d\n%s", code, out)
+	}
+	if out, code := runReplay(t, "--database-url", url, "--namespace", "ns2", "--from-start"); code != 0 || !strings.Contains(out, "from the start of the log") {
+		t.Fatalf("replay --from-start: status %d\n%s", code, out)
 	}
 	out, code = runReplay(t, "--database-url", url, "--namespace", "not a namespace")
 	if code != 2 || !strings.Contains(out, "namespace") {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/agatesched/agate/internal/devenv/localpg"
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/replay"
+	"github.com/agatesched/agate/internal/store"
 )
 
 // Config is one chaos run.
@@ -115,8 +117,11 @@ type Report struct {
 	Drained    bool
 	DrainTook  time.Duration
 	Commands   struct{ Sent, Confirmed, GaveUp int }
-	PGVersion  string
-	procs      []int // pids of every process started, for tests
+	// Replays are the log's replays after the run, from its latest snapshot and from its start:
+	// at quiescence the tables must be what the log says.
+	Replays   []ReplayCheck
+	PGVersion string
+	procs     []int // pids of every process started, for tests
 }
 
 // Failed reports whether an invariant broke.
@@ -132,7 +137,49 @@ func (r *Report) Violations() []string {
 	if n := len(r.Unexpected); n > 0 {
 		v = append(v, fmt.Sprintf("%d processes that exited on their own", n))
 	}
+	for _, c := range r.Replays {
+		if !c.Equal() {
+			v = append(v, "the tables differ from the log replayed "+c.From)
+		}
+	}
 	return v
+}
+
+// ReplayCheck is one replay of the log against the tables.
+type ReplayCheck struct {
+	From   string // "from its latest snapshot" or "from its start"
+	Report replay.Report
+	Err    error // replay could not apply the log (an event on a row the log never made)
+}
+
+// Equal says the replay ran and the tables are what the log says.
+func (c ReplayCheck) Equal() bool { return c.Err == nil && c.Report.Equal() }
+
+// snapshotInterval is passed to the schedulers: each one's first upkeep pass, at its start, takes
+// a snapshot of the log's projection while the load and the faults go on, and the replay from the
+// latest one after the run checks that it is a prefix of the log.
+const snapshotInterval = time.Second
+
+// checkReplays replays the quiet namespace's log from its latest snapshot and from its start.
+func checkReplays(ctx context.Context, dbURL string) ([]ReplayCheck, error) {
+	pool, err := store.Open(ctx, dbURL, 2)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	var checks []ReplayCheck
+	for _, fromStart := range []bool{false, true} {
+		c := ReplayCheck{From: "from its latest snapshot"}
+		if fromStart {
+			c.From = "from its start"
+		}
+		c.Report, c.Err = replay.Run(ctx, pool, namespace, replay.Options{FromStart: fromStart})
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		checks = append(checks, c)
+	}
+	return checks, nil
 }
 
 // cluster is the system under test.
@@ -259,7 +306,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (rep *Report, err error
 		case roleScheduler:
 			return []string{"run", "--database-url", c.dbURL, "--nats-url", c.natsURL, "--namespace", namespace,
 				"--instance-id", id, "--checkin-interval", cfg.CheckinInterval.String(),
-				"--misfire-threshold", cfg.MisfireThreshold.String()}
+				"--misfire-threshold", cfg.MisfireThreshold.String(), "--snapshot-interval", snapshotInterval.String()}
 		default:
 			return []string{"--nats-url", c.natsURL, "--namespace", namespace, "--instance-id", id,
 				"--ack-wait", cfg.WorkerAckWait.String(), "--concurrency", "20", "--drain-timeout", "10s"}
@@ -345,6 +392,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (rep *Report, err error
 		return nil, err
 	}
 	rep.Results = Check(lg, prod.Plan(), rep.Faults)
+	if rep.Replays, err = checkReplays(ctx, c.dbURL); err != nil {
+		return nil, fmt.Errorf("replaying the log: %w", err)
+	}
 	rep.Unexpected = c.sup.Unexpected()
 	WriteReport(out, rep)
 	return rep, nil

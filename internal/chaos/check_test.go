@@ -3,11 +3,13 @@ package chaos
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agatesched/agate/internal/events"
+	"github.com/agatesched/agate/internal/replay"
 )
 
 // row builds an event row as the events table holds it.
@@ -219,5 +221,29 @@ func TestReportFailsOnAProcessThatExitedOnItsOwn(t *testing.T) {
 	rep.Unexpected = []string{"s1-1 exited on its own (exit status 1)"}
 	if !rep.Failed() || len(rep.Violations()) != 1 {
 		t.Fatalf("a run with a crashed process: failed %v, violations %v; want failed, one violation", rep.Failed(), rep.Violations())
+	}
+}
+
+// A replay of the log that differs from the tables, or cannot apply the log, fails the run, and
+// the report names what differs.
+func TestReportFailsOnAReplayThatDiffers(t *testing.T) {
+	ok := ReplayCheck{From: "from its start"}
+	rep := &Report{Results: &Results{Due: 1, Fired: 1}, Replays: []ReplayCheck{ok}}
+	if rep.Failed() {
+		t.Fatalf("a run whose replay is equal failed: %v", rep.Violations())
+	}
+	differs := ReplayCheck{From: "from its latest snapshot", Report: replay.Report{Differences: []replay.Difference{
+		{Table: "triggers", Key: "g.t", Column: "state", Live: "WAITING", Replayed: "PAUSED"}}}}
+	broken := ReplayCheck{From: "from its start", Err: errors.New("replay: event 7 (agate.job.fired): trigger g.u does not exist at this point of the log")}
+	rep.Replays = []ReplayCheck{differs, broken}
+	if !rep.Failed() || len(rep.Violations()) != 2 {
+		t.Fatalf("a run whose replays differ and fail: failed %v, violations %v; want failed, two violations", rep.Failed(), rep.Violations())
+	}
+	var out bytes.Buffer
+	WriteReport(&out, rep)
+	for _, want := range []string{`triggers g.t: state: live "WAITING", replayed "PAUSED"`, "trigger g.u does not exist", "FAIL: 1 differences"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report does not say %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -20,8 +20,10 @@
 // time), overlapping executions of a non-concurrent job, fires without a terminal event,
 // duplicate executions of one fireId (allowed, attributed to the fault before them), the time
 // from a scheduler's death to the release of its claims, and processes that exited without
-// being told to (restarted, so the run goes on, but failing it). The seed fixes the load and the fault
-// plan, so a failing run can be replayed.
+// being told to (restarted, so the run goes on, but failing it). Then it replays the log against
+// the tables, from the latest snapshot (every scheduler's start takes one) and from the start:
+// the quiet tables must be what the log says. The seed fixes the load and the fault plan, so a
+// failing run can be replayed.
 //
 // cmd/agatechaos is the command (`make chaos`); TestChaosShort runs two minutes of it in
 // `make test`.

@@ -111,6 +111,31 @@ func WriteReport(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "  slowest: %s\n", slowest.Fault)
 	}
 
+	fmt.Fprintf(w, "\nthe log replayed against the tables (scheduler replay)\n")
+	for _, c := range rep.Replays {
+		switch {
+		case c.Err != nil:
+			fmt.Fprintf(w, "  %-24s FAIL: %v\n", c.From, c.Err)
+		default:
+			from := ""
+			if !c.Report.Snapshot.TakenAt.IsZero() {
+				from = " after the snapshot of " + c.Report.Snapshot.TakenAt.UTC().Format(time.TimeOnly)
+			}
+			status := "equal"
+			if !c.Report.Equal() {
+				status = fmt.Sprintf("FAIL: %d differences", len(c.Report.Differences))
+			}
+			fmt.Fprintf(w, "  %-24s %d events%s: %s\n", c.From, c.Report.Events, from, status)
+			for i, d := range c.Report.Differences {
+				if i == maxListed {
+					fmt.Fprintf(w, "    … %d more\n", len(c.Report.Differences)-maxListed)
+					break
+				}
+				fmt.Fprintf(w, "    %s\n", d)
+			}
+		}
+	}
+
 	list := func(title string, items []string) {
 		if len(items) == 0 {
 			return
