@@ -88,9 +88,9 @@ func decodeState(b []byte) (*State, error) {
 // below Below, a prefix of the log.
 type Snapshot struct {
 	Below int64 // the seq fence; 0 for a snapshot taken before migration 022, fenced by Fence
-	// Fence is the next transaction id when the snapshot began: every transaction below it had
-	// ended when it read the log. It orders snapshots; for one taken before migration 022 it is
-	// the fence itself (the oldest transaction then running).
+	// Fence is one above the id of a transaction the snapshot committed right after reserving
+	// Below: every transaction below it had ended when it read the log. It orders snapshots; for
+	// one taken before migration 022 it is the fence itself (the oldest transaction then running).
 	Fence   uint64
 	TakenAt time.Time
 	Events  int // events applied to the previous snapshot to make this one
@@ -127,13 +127,11 @@ const snapshotWait = time.Minute
 // fresh seq fence: the latest snapshot plus the events after it, in log order. The fence is a
 // reserved seq, so every event logged later lies above it; every transaction that may hold a
 // seq below it already has its transaction id (the log's appends take it first, migration 022),
-// so the snapshot waits until every transaction with an id below the next one has ended, and
-// then reads the log. It keeps the two latest snapshots.
+// so the snapshot takes an id of its own after the reservation, waits until every transaction
+// below that one has ended, and then reads the log. It keeps the two latest snapshots.
 //
 // A namespace's snapshots are taken one at a time, each on the one before (the nodes' upkeep
-// takes turns, but not with a snapshot taken outside it): two taken side by side could reserve
-// their fences under one transaction id, the key of their rows, and the later one's
-// repeatable-read transaction failed to store it on a serialization error.
+// takes turns, but not with a snapshot taken outside it).
 func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, ns string) (Snapshot, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
