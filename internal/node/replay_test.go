@@ -11,9 +11,10 @@ import (
 	"github.com/agatesched/agate/internal/replay"
 )
 
-// checkReplay rebuilds the test's tables from its log and fails the test when they differ
-// from the live ones: every write path must log what it changed. It runs after the test's
-// nodes and workers stopped.
+// checkReplay rebuilds the test's tables from its log, from the latest snapshot (a node's start
+// takes one) and from the start, and fails the test when they differ from the live ones: every
+// write path must log what it changed, and a snapshot must be a prefix of the log. It runs
+// after the test's nodes and workers stopped.
 func (e *env) checkReplay() {
 	t := e.t
 	if t.Failed() || e.editedByHand {
@@ -21,12 +22,14 @@ func (e *env) checkReplay() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep, err := replay.Run(ctx, e.pool, e.ns, replay.Options{})
-	if err != nil {
-		t.Fatalf("replaying the log: %v", err)
-	}
-	for _, d := range rep.Differences {
-		t.Errorf("replay differs: %s", d)
+	for _, fromStart := range []bool{false, true} {
+		rep, err := replay.Run(ctx, e.pool, e.ns, replay.Options{FromStart: fromStart})
+		if err != nil {
+			t.Fatalf("replaying the log (from the start: %v): %v", fromStart, err)
+		}
+		for _, d := range rep.Differences {
+			t.Errorf("replay (from the start: %v) differs: %s", fromStart, d)
+		}
 	}
 }
 
