@@ -36,6 +36,9 @@ type env struct {
 	log     *slog.Logger
 	// editedByHand: the test wrote rows itself, so replay is not checked (tablesEditedByHand).
 	editedByHand bool
+	// daysDropped: retention dropped days of the log, so replay starts from a snapshot only
+	// (logDaysDropped).
+	daysDropped bool
 }
 
 func newEnv(t *testing.T) *env {

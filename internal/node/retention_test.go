@@ -51,6 +51,7 @@ func TestRetentionDropsOldDaysAndReplayStillWorks(t *testing.T) {
 	if !slices.Contains(dropped, today) {
 		t.Fatalf("dropped %v; want %s among them", dropped, today)
 	}
+	e.logDaysDropped()
 	if n := e.count(`select count(*) from events where sched_name = $1`, e.ns); n != 0 {
 		t.Fatalf("%d events left after today's partition was dropped", n)
 	}
