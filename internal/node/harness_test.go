@@ -165,7 +165,8 @@ func (e *env) request(cmd string, body any) command.Outcome {
 	var out command.Outcome
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		msg, err := e.nc.Request(events.Subjects(e.ns).API(cmd), data, 5*time.Second)
+		// A ceiling, not a wait: a 10 MB body takes over 5 s to reject under the race detector.
+		msg, err := e.nc.Request(events.Subjects(e.ns).API(cmd), data, 15*time.Second)
 		if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond) // the node is still subscribing
 			continue
