@@ -92,7 +92,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, ns string, opts Options) (Repo
 	}
 
 	start := time.Now()
-	st, snap, n, err := project(ctx, tx, ns, opts.FromStart)
+	st, snap, n, err := Project(ctx, tx, ns, opts.FromStart)
 	if err != nil {
 		return rep, err
 	}
@@ -120,14 +120,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, ns string, opts Options) (Repo
 }
 
 // Project rebuilds the state of namespace ns: its latest snapshot, then the events after it in
-// log order. It returns the state, the snapshot it started from (zero: none) and the number of
-// events applied after it.
-func Project(ctx context.Context, tx pgx.Tx, ns string) (*State, Snapshot, int, error) {
-	return project(ctx, tx, ns, false)
-}
-
-// project is Project, from the start of the log when fromStart is set.
-func project(ctx context.Context, tx pgx.Tx, ns string, fromStart bool) (*State, Snapshot, int, error) {
+// log order; with fromStart, the whole log. It returns the state, the snapshot it started from
+// (zero: none) and the number of events applied after it.
+func Project(ctx context.Context, tx pgx.Tx, ns string, fromStart bool) (*State, Snapshot, int, error) {
 	st, snap := NewState(), Snapshot{}
 	if !fromStart {
 		var err error

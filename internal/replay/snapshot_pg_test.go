@@ -152,12 +152,7 @@ func project(t *testing.T, pool *pgxpool.Pool, ns string, fromSnapshot bool) (*r
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if !fromSnapshot {
-		if _, err := tx.Exec(ctx, `delete from event_snapshots where sched_name = $1`, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st, snap, _, err := replay.Project(ctx, tx, ns)
+	st, snap, _, err := replay.Project(ctx, tx, ns, !fromSnapshot)
 	if err != nil {
 		t.Fatal(err)
 	}
